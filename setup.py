@@ -1,0 +1,34 @@
+"""Installs vermem_jax with its runtime requirements and an optional test extra."""
+import pathlib
+
+from setuptools import find_packages, setup
+
+_HERE = pathlib.Path(__file__).parent
+
+
+def _requirements(name):
+  lines = (_HERE / name).read_text().splitlines()
+  return [l.strip() for l in lines if l.strip() and not l.startswith("#")]
+
+
+setup(
+    name="vermem_jax",
+    version="0.1.0",
+    description="VerMem (arXiv 2608.03137) memory-operation policy training in JAX/Flax.",
+    packages=find_packages(include=["vermem_jax", "vermem_jax.*"]),
+    python_requires=">=3.11",
+    install_requires=_requirements("requirements.txt"),
+    extras_require={
+        # torch/transformers are the numerical reference for the Flax model.
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6.100",
+            "torch==2.13.0",
+            "transformers==5.24.0",
+            "nbclient>=0.10",
+            "nbformat>=5.10",
+            "ipykernel>=6",
+            "matplotlib>=3.8",
+        ],
+    },
+)

@@ -1,0 +1,1 @@
+"""vermem_jax.verifiers."""
