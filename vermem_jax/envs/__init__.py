@@ -1,1 +1,31 @@
-"""vermem_jax.envs."""
+"""vermem_jax.envs: HotpotQA data, scenarios, task solvers and the episode loop.
+
+Modules:
+  hotpotqa       Example / EvidenceUnit, load_examples (json | tfds | hf), 90/10 split.
+  tfds_hotpotqa  TFDS builder (array_record, read with tfds.data_source; no TensorFlow).
+  task_solvers   TaskSolver, LLMTaskSolver, OracleEvidenceReader.
+  environment    EpisodeSpec, Observation, PolicyOutput, run_episodes (App. A.1 loop).
+  episodes / scenarios  SFT set and Phase A/B/C episode generators.
+
+The names below are re-exported for convenience; tfds_hotpotqa is imported only when
+the tfds source is used (TFDS import is slow).
+"""
+
+from vermem_jax.envs.environment import (DecisionRecord, EnvConfig, EpisodeResult,
+                                         EpisodeSpec, Observation, PolicyOutput,
+                                         run_episodes)
+from vermem_jax.envs.hotpotqa import (DataConfig, EvidenceUnit, Example, Paragraph,
+                                      evidence_units, example_from_hf_row,
+                                      example_from_json_row, load_examples,
+                                      split_train_pools, supporting_unit_ids)
+from vermem_jax.envs.task_solvers import (LLMTaskSolver, OracleEvidenceReader,
+                                          SolverConfig, SolverInput, SolverOutput,
+                                          TaskSolver)
+
+__all__ = [
+    'DecisionRecord', 'EnvConfig', 'EpisodeResult', 'EpisodeSpec', 'Observation',
+    'PolicyOutput', 'run_episodes', 'DataConfig', 'EvidenceUnit', 'Example',
+    'Paragraph', 'evidence_units', 'example_from_hf_row', 'example_from_json_row',
+    'load_examples', 'split_train_pools', 'supporting_unit_ids', 'LLMTaskSolver',
+    'OracleEvidenceReader', 'SolverConfig', 'SolverInput', 'SolverOutput', 'TaskSolver',
+]

@@ -1,0 +1,78 @@
+"""Speed of the data and episode layers (CPU): prints figures, asserts nothing.
+
+    python experiments/benchmarks/bench_envs.py [--episodes=200] [--tokenizer]
+
+Reports: HotpotQA JSON load (examples/s), TFDS prepare + read with tfds.data_source,
+the 90/10 split, and the batched episode loop (episodes/s and decisions/s, with the
+oracle reader and a ∅ policy) on Phase A/B/C scenarios from the construction pool,
+under the whitespace counter and optionally the Qwen2.5 tokenizer.
+"""
+
+import argparse
+import logging
+import tempfile
+import time
+
+from vermem_jax import paths
+from vermem_jax.envs import environment as env
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import task_solvers as ts
+from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory.token_count import count_whitespace_tokens
+
+
+def _timed(fn):
+  t = time.perf_counter()
+  out = fn()
+  return out, time.perf_counter() - t
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument("--episodes", type=int, default=200)
+  parser.add_argument("--tokenizer", action="store_true",
+                      help="also run the loop with the Qwen2.5 tokenizer counter")
+  args = parser.parse_args()
+  logging.getLogger("bm25s").setLevel(logging.WARNING)  # TFDS import lowers levels
+
+  for split in ("train", "validation"):
+    exs, dt = _timed(lambda s=split: hotpotqa.load_examples("json", s))
+    print(f"json load {split:10s}: {len(exs):5d} examples in {dt:.3f}s "
+          f"({len(exs) / dt:,.0f}/s)")
+  with tempfile.TemporaryDirectory() as tmp:
+    _, dt_prep = _timed(lambda: hotpotqa.load_examples("tfds", "train",
+                                                       tfds_data_dir=tmp))
+    exs, dt_read = _timed(lambda: hotpotqa.load_examples("tfds", "train",
+                                                         tfds_data_dir=tmp))
+    print(f"tfds train: prepare+read {dt_prep:.2f}s, read {dt_read:.3f}s "
+          f"({len(exs) / dt_read:,.0f}/s)")
+  train = hotpotqa.load_examples("json", "train")
+  (cons, dev), dt = _timed(lambda: hotpotqa.split_train_pools(train))
+  print(f"split: {len(cons)} construction / {len(dev)} dev in {dt * 1e3:.2f} ms")
+
+  try:
+    from vermem_jax.envs import scenarios  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    print("scenarios module not available; skipping the episode loop")
+    return
+  counters = [("whitespace", count_whitespace_tokens)]
+  if args.tokenizer:
+    from vermem_jax.tokenization import load_tokenizer  # pylint: disable=import-outside-toplevel
+    tok = load_tokenizer(paths.tokenizer_dir("qwen2.5"))
+    counters.append(("qwen2.5", tok.count_tokens))
+  oracle = ts.OracleEvidenceReader.from_examples(train)
+  for name, count in counters:
+    for phase in ("A", "B", "C"):
+      specs, dt_build = _timed(lambda p=phase, c=count: scenarios.build_episodes(
+          cons, p, count_tokens=c, num=args.episodes))
+      res, dt_run = _timed(lambda s=specs, c=count, p=phase: env.run_episodes(
+          s, lambda xs: ["∅"] * len(xs), oracle, count_tokens=c,
+          executor_config=ExecutorConfig(phase=p)))
+      n_dec = sum(r.num_decisions for r in res)
+      print(f"[{name}] phase {phase}: build {len(specs)} episodes {dt_build:.2f}s; "
+            f"run {dt_run:.2f}s = {len(res) / dt_run:,.0f} episodes/s, "
+            f"{n_dec / dt_run:,.0f} decisions/s")
+
+
+if __name__ == "__main__":
+  main()

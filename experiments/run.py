@@ -1,0 +1,265 @@
+r"""Runs one phase of the VerMem curriculum (SPEC §4): sft -> phase_a -> phase_b -> phase_c.
+
+    python experiments/run.py --config=phase_b.py                 # tiny CPU scale
+    python experiments/run.py --config=phase_b.py:scale=paper \
+        --config.model.hf_checkpoint=/ckpt/Qwen2.5-7B-Instruct --workdir=/runs/vermem
+    python experiments/run.py --config=phase_a --config.rl.learning_rate=3e-6
+    python experiments/run.py --config=phase_c.py --dry_run       # print config + plan
+
+`--config` takes a path or a bare name (`phase_b`, `phase_b.py`) resolved against
+experiments/configs/; text after ':' is the scale argument. Any field can be overridden
+with `--config.<section>.<field>=value`; overrides apply to every phase this command runs.
+
+Each phase writes to `<workdir>/<phase>/` (checkpoints, metrics.jsonl, TensorBoard
+events, advantages.jsonl). A phase starts from the previous phase's parameters, so it
+needs that phase to be complete (`<workdir>/<prev>/phase_complete.json`, written here
+when a phase's trainer returns). At the tiny scale missing phases are run first (and the
+log says so); at paper scale the command stops and prints the command that makes the
+missing checkpoint. A phase with checkpoints of its own resumes from the newest one.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from typing import Any, Callable, Sequence
+
+_REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(_REPO_ROOT) not in sys.path:
+  sys.path.insert(0, str(_REPO_ROOT))
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+import ml_collections  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from experiments.configs import common  # noqa: E402
+
+CONFIG_DIR = _REPO_ROOT / 'experiments' / 'configs'
+
+_CONFIG = config_flags.DEFINE_config_file(
+    'config', None, 'Phase config: a path or a name in experiments/configs/ '
+    '(sft, phase_a, phase_b, phase_c), optionally with ":scale=paper".',
+    lock_config=True)
+_WORKDIR = flags.DEFINE_string(
+    'workdir', None, 'Run directory (one sub-directory per phase); default: '
+    'config.workdir (./workdir).')
+_DRY_RUN = flags.DEFINE_bool(
+    'dry_run', False, 'Print the resolved config and the phases that would run, then '
+    'exit without training.')
+
+
+class MissingPrerequisiteError(RuntimeError):
+  """A phase needs a previous phase's checkpoint that the workdir does not hold."""
+
+
+# ----------------------------------------------------------------------------- configs
+def resolve_config_path(value: str) -> str:
+  """Maps `--config` text to a config file path, keeping any ':arg' suffix.
+
+  'phase_b', 'phase_b.py', 'phase_b.py:scale=paper' -> '<repo>/experiments/configs/
+  phase_b.py[:scale=paper]'; an existing path is kept as given.
+
+  Raises:
+    ValueError: neither a file nor a known config name (lists the known names).
+  """
+  path, sep, arg = value.partition(':')
+  if os.path.isfile(path):
+    return value
+  name = path if path.endswith('.py') else path + '.py'
+  candidate = CONFIG_DIR / name
+  if os.sep not in path and candidate.is_file():
+    return str(candidate) + sep + arg
+  known = sorted(p.stem for p in CONFIG_DIR.glob('*.py')
+                 if p.stem not in ('__init__', 'common'))
+  raise ValueError(f'--config={value}: no such file, and {name!r} is not in {CONFIG_DIR} '
+                   f'(known configs: {", ".join(known)})')
+
+
+def resolve_config_argv(argv: Sequence[str]) -> list[str]:
+  """Rewrites `--config=NAME` / `--config NAME` in argv to real paths (before absl parses).
+
+  `--config.<field>=...` overrides are left alone.
+  """
+  out = list(argv)
+  i = 1
+  while i < len(out):
+    a = out[i]
+    if a == '--':
+      break
+    if a.startswith('--config='):
+      out[i] = '--config=' + resolve_config_path(a[len('--config='):])
+    elif a == '--config' and i + 1 < len(out):
+      out[i + 1] = resolve_config_path(out[i + 1])
+      i += 1
+    i += 1
+  return out
+
+
+def _leaves(cfg: Any, prefix: str = '') -> dict[str, Any]:
+  out = {}
+  for key, value in cfg.items():
+    path = f'{prefix}{key}'
+    if isinstance(value, ml_collections.ConfigDict):
+      out.update(_leaves(value, path + '.'))
+    else:
+      out[path] = value
+  return out
+
+
+def config_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Fields of `config` that differ from its phase/scale defaults (the CLI overrides)."""
+  default = common.get_config(config.phase, f'scale={config.scale}')
+  base = _leaves(default)
+  return {k: v for k, v in _leaves(config).items()
+          if k != 'phase' and (k not in base or base[k] != v)}
+
+
+def phase_config(phase: str, scale: str,
+                 overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  """The config of a prerequisite phase: its defaults + this command's overrides."""
+  cfg = common.get_config(phase, f'scale={scale}')
+  for path, value in overrides.items():
+    node = cfg
+    *parents, leaf = path.split('.')
+    try:
+      for p in parents:
+        node = node[p]
+      if leaf in node:
+        node[leaf] = value
+    except KeyError:
+      continue
+  return cfg
+
+
+# ----------------------------------------------------------------------------- plan
+def _runner_sft(config: ml_collections.ConfigDict, workdir: str) -> Any:
+  from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
+  return sft.run_sft(config, workdir)
+
+
+def _runner_rl(config: ml_collections.ConfigDict, workdir: str) -> Any:
+  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  return rl_phase.run_rl_phase(config, workdir)
+
+
+# phase -> runner(config, workdir); trainers are imported only when a phase runs.
+PHASE_RUNNERS: dict[str, Callable[[ml_collections.ConfigDict, str], Any]] = {
+    'sft': _runner_sft,
+    'phase_a': _runner_rl,
+    'phase_b': _runner_rl,
+    'phase_c': _runner_rl,
+}
+
+
+def _phase_dir(workdir: str, phase: str) -> str:
+  return os.path.join(workdir, phase)
+
+
+def phase_is_complete(workdir: str, phase: str) -> bool:
+  """Whether `<workdir>/<phase>` holds a finished phase (marker + a checkpoint)."""
+  from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  d = _phase_dir(workdir, phase)
+  return (checkpoints.phase_complete_step(d) is not None and
+          checkpoints.has_checkpoint(d))
+
+
+def command_for(phase: str, scale: str, workdir: str) -> str:
+  """The command line that runs `phase` at `scale` into `workdir`."""
+  arg = '' if scale == 'tiny' else f':scale={scale}'
+  return f'python experiments/run.py --config={phase}.py{arg} --workdir={workdir}'
+
+
+def plan_phases(phase: str, workdir: str, scale: str) -> list[str]:
+  """Phases to run, in order, to produce `phase` (SPEC §4 curriculum).
+
+  At the tiny scale, every incomplete phase before `phase` back to the last complete one
+  (or sft) is run first. At paper scale nothing is run implicitly.
+
+  Raises:
+    MissingPrerequisiteError: paper scale and the previous phase is not complete (names
+      its directory and the command that makes it).
+  """
+  order = list(common.PHASE_ORDER)
+  if phase not in order:
+    raise ValueError(f'unknown phase {phase!r}; expected one of {order}')
+  needed = []
+  for prev in reversed(order[:order.index(phase)]):
+    if phase_is_complete(workdir, prev):
+      break
+    needed.insert(0, prev)
+  if needed and scale != 'tiny':
+    prev = common.PREVIOUS_PHASE[phase]
+    raise MissingPrerequisiteError(
+        f'{phase} starts from the {prev} parameters, but {_phase_dir(workdir, prev)} '
+        f'holds no completed {prev} checkpoint. Make it first with:\n  '
+        f'{command_for(prev, scale, workdir)}')
+  return needed + [phase]
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, *,
+        dry_run: bool = False) -> list[str]:
+  """Validates `config`, plans and runs the phases; returns the phases run (or planned).
+
+  Raises:
+    ValueError: a bad config field; MissingPrerequisiteError: see plan_phases.
+  """
+  common.validate_config(config, check_paths=not dry_run)
+  workdir = os.path.abspath(os.path.expanduser(workdir))
+  plan = plan_phases(config.phase, workdir, config.scale)
+  overrides = config_overrides(config)
+  if dry_run:
+    for path, value in sorted(_leaves(config).items()):
+      print(f'config.{path} = {value!r}')
+    print(f'workdir: {workdir}')
+    print(f'overrides: {overrides}')
+    print('plan: ' + ' -> '.join(plan))
+    return plan
+  if len(plan) > 1:
+    logging.warning('%s needs %s, which has no completed checkpoint in %s: running %s '
+                    'first (tiny scale)', config.phase, common.PREVIOUS_PHASE[config.phase],
+                    workdir, ', '.join(plan[:-1]))
+  from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  for phase in plan:
+    cfg = config if phase == config.phase else phase_config(phase, config.scale,
+                                                            overrides)
+    common.validate_config(cfg, check_paths=True)
+    logging.info('running %s into %s', phase, _phase_dir(workdir, phase))
+    PHASE_RUNNERS[phase](cfg, workdir)
+    d = _phase_dir(workdir, phase)
+    with checkpoints.PhaseCheckpointManager(d) as mgr:
+      step = mgr.latest_step()
+    if step is None:
+      raise RuntimeError(f'{phase} finished without a checkpoint in {d}')
+    checkpoints.mark_phase_complete(d, step, {'phase': phase, 'scale': config.scale})
+    logging.info('%s complete at step %d', phase, step)
+  return plan
+
+
+def main(argv: Sequence[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config = _CONFIG.value
+  if config is None:
+    raise app.UsageError('--config is required, e.g. --config=phase_b.py')
+  workdir = _WORKDIR.value or config.workdir
+  try:
+    run(config, workdir, dry_run=_DRY_RUN.value)
+  except (ValueError, MissingPrerequisiteError) as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+
+
+def entry() -> None:
+  try:
+    argv = resolve_config_argv(sys.argv)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  app.run(main, argv=argv)
+
+
+if __name__ == '__main__':
+  entry()

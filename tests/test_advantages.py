@@ -1,0 +1,304 @@
+"""Tests for vermem_jax.rl.advantages against NumPy references and hand cases."""
+import json
+import math
+
+import numpy as np
+import pytest
+
+from vermem_jax.rl import advantages as A
+
+RTOL = 1e-5
+CFG = A.AdvantageConfig()
+
+
+# ----------------------------------------------------------------- independent references
+
+
+def _ref_norm(x, mean, std, floor=0.01, eps=1e-6, clip=5.0):
+  return float(np.clip((x - mean) / (max(std, floor) + eps), -clip, clip))
+
+
+def _ref_group_adv(rewards, groups):
+  out = []
+  for i, r in enumerate(rewards):
+    members = [rewards[j] for j in range(len(rewards)) if groups[j] == groups[i]]
+    mu = sum(members) / len(members)
+    sd = math.sqrt(sum((m - mu) ** 2 for m in members) / len(members))
+    out.append(0.0 if max(members) == min(members) else _ref_norm(r, mu, sd))
+  return np.array(out)
+
+
+def _ref_ema(mean, var, xs, d):
+  # EMAs of the first and second moments (algebraically equal to the Finch update).
+  s2 = var + mean * mean
+  for x in xs:
+    mean = d * mean + (1 - d) * x
+    s2 = d * s2 + (1 - d) * x * x
+  return mean, s2 - mean * mean
+
+
+# ----------------------------------------------------------------- A^global
+
+
+def test_group_advantages_match_reference_on_random_groups():
+  rng = np.random.default_rng(0)
+  for _ in range(10):
+    groups = np.repeat(np.arange(4), 8)
+    rng.shuffle(groups)
+    r = rng.uniform(size=groups.size)
+    r[groups == 2] = 0.25  # one all-equal group
+    got = A.group_advantages(r, groups, CFG)
+    np.testing.assert_allclose(got, _ref_group_adv(list(r), list(groups)), rtol=RTOL,
+                               atol=1e-12)
+    assert np.all(got[groups == 2] == 0.0)
+
+
+def test_identical_rewards_give_zero_and_no_nan():
+  for value in (0.0, 0.1, 1.0 / 3.0, 1.0):
+    adv = A.group_advantages([value] * 8, [7] * 8, CFG)
+    assert np.all(adv == 0.0) and not np.any(np.isnan(adv))
+  assert A.group_advantages([0.4], [0], CFG)[0] == 0.0  # group of one
+
+
+def test_near_identical_rewards_are_bounded_by_the_floor():
+  r = np.array([0.35] * 7 + [0.3])
+  adv = A.group_advantages(r, np.zeros(8, int), CFG)
+  assert np.all(np.isfinite(adv))
+  dev = np.abs(r - r.mean())
+  assert np.all(np.abs(adv) <= dev / 0.01 + 1e-12)
+  assert np.all(np.abs(adv) <= 5.0)
+  np.testing.assert_allclose(adv, _ref_group_adv(list(r), [0] * 8), rtol=RTOL)
+  # Tinier spread: σ below the floor, so the floor sets the scale.
+  r2 = np.array([0.35] * 7 + [0.349])
+  adv2 = A.group_advantages(r2, np.zeros(8, int), CFG)
+  np.testing.assert_allclose(adv2, (r2 - r2.mean()) / (0.01 + 1e-6), rtol=RTOL)
+
+
+def test_clip_at_five():
+  r = np.array([0.0] * 99 + [1.0])
+  adv = A.group_advantages(r, np.zeros(100, int), CFG)
+  assert adv[-1] == 5.0  # unclipped (1 - .01)/.0995 ≈ 9.95
+
+
+# ----------------------------------------------------------------- RunningStats
+
+
+def test_running_stats_init_update_reference():
+  rng = np.random.default_rng(1)
+  init = rng.uniform(size=128)
+  rs = A.RunningStats(decay=0.99)
+  rs.init_from({'Add': init})
+  mean, std = rs.get('Add')
+  assert mean == pytest.approx(init.mean(), rel=RTOL)
+  assert std == pytest.approx(init.std(), rel=RTOL)
+  assert rs.count('Add') == 128
+  xs = rng.uniform(size=37)
+  rs.update('Add', xs)
+  ref_mean, ref_var = _ref_ema(init.mean(), init.var(), xs, 0.99)
+  mean, std = rs.get('Add')
+  assert mean == pytest.approx(ref_mean, rel=RTOL)
+  assert std == pytest.approx(math.sqrt(ref_var), rel=RTOL)
+  assert rs.count('Add') == 165
+  assert not rs.is_initialized('Delete')
+  rs.update('Delete', [0.5])  # uninitialized: ignored
+  assert rs.get('Delete') is None
+
+
+def test_running_stats_reset_serialize_and_errors():
+  rs = A.RunningStats()
+  rs.init_from({'Null': [0.5, 0.75], 'Filter': [1.0]})
+  state = json.loads(json.dumps(rs.to_dict()))
+  back = A.RunningStats.from_dict(state)
+  assert back.get('Null') == rs.get('Null') and back.get('Filter') == rs.get('Filter')
+  assert back.count('Null') == 2 and back.decay == 0.99
+  rs.init_from({'Add': [0.1]})  # re-initialization (phase start) forgets other ops
+  assert rs.get('Null') is None
+  rs.reset()
+  assert rs.get('Add') is None and rs.to_dict()['ops'] == {}
+  with pytest.raises(ValueError, match="unknown operation type"):
+    rs.init_from({'Write': [0.5]})
+  with pytest.raises(ValueError, match="no scores"):
+    rs.init_from({'Add': []})
+  with pytest.raises(ValueError, match="malformed"):
+    A.RunningStats.from_dict({'ops': {}})
+  with pytest.raises(ValueError, match="bad statistics"):
+    A.RunningStats.from_dict({'decay': 0.99,
+                              'ops': {'Add': {'mean': 0.5, 'var': -1, 'count': 3}}})
+
+
+# ----------------------------------------------------------------- A^local / A^hier
+
+
+def _batch(rng, n_traj=16, groups=2):
+  """Random update batch: per-trajectory rewards and per-decision records."""
+  group_ids = np.repeat(np.arange(groups), n_traj // groups)
+  r_global = rng.uniform(size=n_traj)
+  r_task = rng.uniform(size=n_traj)
+  per_traj = rng.integers(1, 6, size=n_traj)
+  tidx = np.repeat(np.arange(n_traj), per_traj)
+  n = tidx.size
+  # Many Add/Null (batch stats), few Delete (running stats), no others.
+  ops = list(rng.choice(['Add', 'Null', 'Add', 'Null', 'Delete'], size=n))
+  dele = [i for i, o in enumerate(ops) if o == 'Delete']
+  for i in dele[7:]:  # at most 7 Delete -> running statistics
+    ops[i] = 'Add'
+  accepted = rng.uniform(size=n) > 0.15
+  r_local = rng.uniform(size=n)
+  r_local[~accepted] = np.nan
+  costs = np.where(accepted, 0.0, rng.choice([0.5, 1.0], size=n))
+  return dict(group_ids=group_ids, trajectory_index=tidx, ops=ops, accepted=accepted,
+              costs=costs, r_local=r_local, r_global=r_global, r_task=r_task)
+
+
+def _ref_local(ops, r_local, accepted, running, min_count=8):
+  n = len(ops)
+  out = np.zeros(n)
+  for op in set(ops):
+    idx = [i for i in range(n) if ops[i] == op and accepted[i]
+           and not math.isnan(r_local[i])]
+    if not idx:
+      continue
+    vals = [r_local[i] for i in idx]
+    if len(idx) >= min_count:
+      mu = sum(vals) / len(vals)
+      sd = math.sqrt(sum((v - mu) ** 2 for v in vals) / len(vals))
+      for i in idx:
+        out[i] = 0.0 if max(vals) == min(vals) else _ref_norm(r_local[i], mu, sd)
+    elif op in running:
+      mu, sd = running[op]
+      for i in idx:
+        out[i] = _ref_norm(r_local[i], mu, sd)
+  return out
+
+
+def test_full_mode_matches_reference_and_uses_running_stats_for_rare_ops():
+  rng = np.random.default_rng(2)
+  b = _batch(rng)
+  n_delete = sum(1 for o, a in zip(b['ops'], b['accepted']) if o == 'Delete' and a)
+  assert 1 <= n_delete <= 7
+  rs = A.RunningStats()
+  init = {'Add': rng.uniform(size=128), 'Delete': rng.uniform(0.2, 0.6, size=128),
+          'Null': rng.uniform(size=128)}
+  rs.init_from(init)
+  before = {op: rs.get(op) for op in init}
+  out = A.compute_advantages(**b, config=CFG, running_stats=rs)
+  ref_l = _ref_local(b['ops'], b['r_local'], b['accepted'], before)
+  ref_g = _ref_group_adv(list(b['r_global']), list(b['group_ids']))
+  np.testing.assert_allclose(out.a_local, ref_l, rtol=RTOL, atol=1e-12)
+  np.testing.assert_allclose(out.traj_a_global, ref_g, rtol=RTOL, atol=1e-12)
+  np.testing.assert_allclose(out.a_global, ref_g[b['trajectory_index']], rtol=RTOL,
+                             atol=1e-12)
+  np.testing.assert_allclose(out.a_hier, ref_l + ref_g[b['trajectory_index']]
+                             - b['costs'], rtol=RTOL, atol=1e-12)
+  assert out.local_ops['Delete'].source == 'running'
+  assert out.local_ops['Delete'].count == n_delete
+  assert out.local_ops['Add'].source == 'batch'
+  assert out.metrics['advantage/local_Delete_uses_running'] == 1.0
+  # Rejected commands: A^local = 0 but A^global and the cost still apply.
+  rej = ~b['accepted']
+  assert rej.any() and np.all(out.a_local[rej] == 0.0)
+  np.testing.assert_allclose(out.a_hier[rej], out.a_global[rej] - b['costs'][rej])
+  assert not np.any(np.isnan(out.a_hier))
+  # Running statistics absorbed the batch AFTER use, in batch order.
+  for op in init:
+    xs = [b['r_local'][i] for i in range(len(b['ops']))
+          if b['ops'][i] == op and b['accepted'][i]]
+    mu0, sd0 = before[op]
+    ref_mean, ref_var = _ref_ema(mu0, sd0 ** 2, xs, 0.99)
+    mean, std = rs.get(op)
+    assert mean == pytest.approx(ref_mean, rel=RTOL)
+    assert std == pytest.approx(math.sqrt(ref_var), rel=RTOL)
+
+
+def test_seven_instances_use_running_stats_eight_use_batch():
+  rs = A.RunningStats()
+  rs.init_from({'Summarize': [0.4, 0.6]})  # μ 0.5, σ 0.1
+  scores = np.linspace(0.0, 1.0, 8)
+  for n, source in ((7, 'running'), (8, 'batch')):
+    out = A.compute_advantages(
+        group_ids=[0], trajectory_index=np.zeros(n, int), ops=['Summarize'] * n,
+        accepted=np.ones(n, bool), costs=np.zeros(n), r_local=scores[:n],
+        r_global=[0.5], config=CFG, running_stats=rs, update_running_stats=False)
+    assert out.local_ops['Summarize'].source == source
+    if source == 'running':
+      np.testing.assert_allclose(
+          out.a_local, np.clip((scores[:7] - 0.5) / (0.1 + 1e-6), -5, 5), rtol=RTOL)
+    else:
+      np.testing.assert_allclose(
+          out.a_local, (scores - scores.mean()) / (scores.std() + 1e-6), rtol=RTOL)
+  # local_min_count comes from the config.
+  out = A.compute_advantages(
+      group_ids=[0], trajectory_index=np.zeros(7, int), ops=['Summarize'] * 7,
+      accepted=np.ones(7, bool), costs=np.zeros(7), r_local=scores[:7],
+      r_global=[0.5], config=A.AdvantageConfig(local_min_count=7), running_stats=rs)
+  assert out.local_ops['Summarize'].source == 'batch'
+
+
+def test_uninitialized_rare_op_gets_zero_local_advantage():
+  out = A.compute_advantages(
+      group_ids=[0], trajectory_index=[0, 0], ops=['Retrieve', 'Retrieve'],
+      accepted=[True, True], costs=[0.0, 0.0], r_local=[0.2, 0.9], r_global=[0.5],
+      config=CFG, running_stats=A.RunningStats())
+  assert out.local_ops['Retrieve'].source == 'none'
+  np.testing.assert_array_equal(out.a_local, [0.0, 0.0])
+
+
+def test_modes_and_lambdas():
+  rng = np.random.default_rng(3)
+  b = _batch(rng)
+  rs_init = {'Add': rng.uniform(size=16), 'Delete': rng.uniform(size=16),
+             'Null': rng.uniform(size=16)}
+  def run(**cfg):
+    rs = A.RunningStats()
+    rs.init_from(rs_init)
+    return A.compute_advantages(**b, config=A.AdvantageConfig(**cfg), running_stats=rs)
+  full = run()
+  tidx = b['trajectory_index']
+  local = run(mode='local_only')
+  np.testing.assert_allclose(local.a_hier, full.a_local - b['costs'], rtol=RTOL)
+  glob = run(mode='global_only')
+  np.testing.assert_allclose(glob.a_hier, full.a_global - b['costs'], rtol=RTOL)
+  assert np.all(glob.a_local == 0.0)
+  nv = run(mode='no_verify')
+  ref_task = _ref_group_adv(list(b['r_task']), list(b['group_ids']))
+  np.testing.assert_allclose(nv.a_hier, ref_task[tidx] - b['costs'], rtol=RTOL,
+                             atol=1e-12)
+  weighted = run(lambda_local=0.5, lambda_global=2.0, lambda_constraint=3.0)
+  np.testing.assert_allclose(
+      weighted.a_hier, 0.5 * full.a_local + 2.0 * full.a_global - 3.0 * b['costs'],
+      rtol=RTOL, atol=1e-12)
+  # no_verify needs neither verifier scores nor running statistics.
+  nb = dict(b, r_global=None, r_local=np.full(len(b['ops']), np.nan))
+  out = A.compute_advantages(**nb, config=A.AdvantageConfig(mode='no_verify'))
+  np.testing.assert_allclose(out.a_hier, nv.a_hier)
+
+
+def test_bad_inputs_raise():
+  good = dict(group_ids=[0], trajectory_index=[0], ops=['Add'], accepted=[True],
+              costs=[0.0], r_local=[0.5], r_global=[0.5], running_stats=A.RunningStats())
+  A.compute_advantages(**good)
+  with pytest.raises(ValueError, match="unknown operation type"):
+    A.compute_advantages(**dict(good, ops=['add']))
+  with pytest.raises(ValueError, match="trajectory_index"):
+    A.compute_advantages(**dict(good, trajectory_index=[1]))
+  with pytest.raises(ValueError, match="costs"):
+    A.compute_advantages(**dict(good, costs=[2.0]))
+  with pytest.raises(ValueError, match="requires r_global"):
+    A.compute_advantages(**dict(good, r_global=None))
+  with pytest.raises(ValueError, match="running_stats"):
+    A.compute_advantages(**dict(good, running_stats=None))
+  with pytest.raises(ValueError, match="r_local"):
+    A.compute_advantages(**dict(good, r_local=[1.5]))
+  with pytest.raises(ValueError, match="mode"):
+    A.AdvantageConfig(mode='both')
+
+
+def test_invalid_op_allowed_only_when_rejected():
+  base = dict(group_ids=[0, 0], trajectory_index=[0, 1], ops=['Invalid', 'Add'],
+              costs=[1.0, 0.0], r_local=[np.nan, 0.5], r_global=[0.2, 0.8],
+              running_stats=A.RunningStats())
+  out = A.compute_advantages(**base, accepted=[False, True])
+  assert out.a_local[0] == 0.0
+  np.testing.assert_allclose(out.a_hier[0], out.a_global[0] - 1.0)
+  with pytest.raises(ValueError, match="marked accepted"):
+    A.compute_advantages(**base, accepted=[True, True])

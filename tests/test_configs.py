@@ -1,0 +1,254 @@
+"""Tests for experiments/configs (SPEC values, scales, validation, dataclass mapping)."""
+import dataclasses
+import importlib
+import json
+import os
+
+import pytest
+
+from experiments.configs import common
+from vermem_jax import paths
+from vermem_jax.envs import hotpotqa
+from vermem_jax.memory import config as memory_config
+from vermem_jax.rl import advantages
+from vermem_jax.rl import rewards
+
+PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
+# A minimal Hugging Face Qwen2 config.json (what model.hf_checkpoint folders hold).
+_HF_CONFIG = {'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 64,
+              'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
+              'num_key_value_heads': 2, 'rope_theta': 10000.0, 'rms_norm_eps': 1e-6,
+              'tie_word_embeddings': True, 'max_position_embeddings': 4096}
+
+
+def _paper(phase):
+  c = common.get_config(phase, 'scale=paper')
+  c.model.hf_checkpoint = '/models/Qwen2.5-7B-Instruct'
+  return c
+
+
+# SPEC values that hold in every phase at paper scale: (field, value, SPEC section).
+SPEC_VALUES = [
+    ('memory.context_budget', 2048), ('memory.policy_input_limit', 8192),       # §1
+    ('memory.retrieve_top_k', 3), ('memory.cost_cap', 1.0),                     # §2, §3
+    ('memory.cost_parse', 1.0), ('memory.cost_unknown_tool', 1.0),
+    ('memory.cost_bad_argument', 0.5), ('memory.cost_missing_id', 0.5),
+    ('memory.cost_foreign_ref', 1.0), ('memory.cost_unsupported_write', 0.5),
+    ('memory.cost_unjustified_delete', 0.5), ('memory.cost_protected_removal', 1.0),
+    ('memory.cost_context_overflow', 0.5), ('memory.cost_budget_exceeded', 0.5),
+    ('memory.cost_leakage', 1.0), ('episodes.context_budget', 2048),
+    ('sft.train_per_target', 4000), ('sft.dev_per_target', 500), ('sft.num_targets', 8),
+    ('sft.template_fraction', 0.5), ('sft.min_negative_fraction', 0.25),
+    ('sft.learning_rate', 2e-5), ('sft.warmup_ratio', 0.03), ('sft.max_grad_norm', 1.0),
+    ('sft.batch_size', 64), ('sft.num_epochs', 3),                              # §4
+    ('rl.tasks_per_update', 8), ('rl.rollouts_per_task', 8),
+    ('sampling.temperature', 0.7), ('sampling.top_p', 0.95),
+    ('sampling.eval_temperature', 0.0), ('eval.temperature', 0.0),
+    ('reward.delta', 0.5),                                                      # §5
+    ('advantage.std_floor', 0.01), ('advantage.epsilon', 1e-6),
+    ('advantage.advantage_clip', 5.0), ('advantage.local_min_count', 8),
+    ('advantage.running_stats_decay', 0.99), ('advantage.running_stats_init_count', 128),
+    ('advantage.lambda_local', 1.0), ('advantage.lambda_global', 1.0),
+    ('advantage.lambda_constraint', 1.0),
+    ('advantage.mode', 'full'),
+    ('rl.learning_rate', 1e-6), ('rl.clip_epsilon', 0.2), ('rl.kl_beta', 0.1),
+    ('rl.kl_estimator', 'exact'), ('rl.max_grad_norm', 1.0), ('rl.entropy_coef', 0.0),
+    ('eval.budgets', (1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000)),  # §7
+    ('eval.target_success', 40.0), ('eval.target_budget', 2500),
+    ('eval.seeds', (42, 43, 44)), ('seed', 42), ('data.dev_fraction', 0.1),
+    ('model.preset', 'qwen2.5-7b-instruct'),
+]
+
+
+def _get(c, path):
+  for part in path.split('.'):
+    c = c[part]
+  return c
+
+
+@pytest.mark.parametrize('phase', PHASES)
+def test_paper_scale_carries_spec_values(phase):
+  c = _paper(phase)
+  common.validate_config(c)
+  for path, value in SPEC_VALUES:
+    assert _get(c, path) == value, path
+  assert c.phase == phase and c.scale == 'paper'
+
+
+def test_paper_phase_specific_values():
+  expected = {'phase_a': (1000, 8000, 800, 'A', 'sft'),
+              'phase_b': (1000, 8000, 800, 'B', 'phase_a'),
+              'phase_c': (1500, 12000, 1200, 'C', 'phase_b')}
+  for phase, (updates, train, dev, ops, ref) in expected.items():
+    c = _paper(phase)
+    assert (c.rl.num_updates, c.episodes.num_train, c.episodes.num_dev,
+            c.episodes.op_space, c.rl.reference_phase) == (updates, train, dev, ops, ref)
+  assert _paper('sft').rl.reference_phase == ''
+
+
+@pytest.mark.parametrize('phase', PHASES)
+def test_tiny_scale_defaults_run_anywhere(phase, data_dir, qwen25_tokenizer_dir):
+  c = common.get_config(phase)  # default arg: tiny
+  assert c.scale == 'tiny'
+  common.validate_config(c, check_paths=True)
+  assert c.model.preset == 'tiny' and c.model.hf_checkpoint is None
+  assert c.tokenizer.path == paths.tokenizer_dir('qwen2.5') == qwen25_tokenizer_dir
+  assert c.data.data_dir == data_dir
+  for split in ('train', 'validation'):
+    assert os.path.isfile(hotpotqa.find_split_file(split, common.hotpotqa_dir(c)))
+  assert c.verifier.backend == 'heuristic' and c.solver.backend == 'oracle'
+  if phase != 'sft':
+    assert c.rl.tasks_per_update * c.rl.rollouts_per_task <= 8
+    assert 1 <= c.rl.num_updates <= 5
+  # Formulas are SPEC's at any scale (only the dev-transition count shrinks).
+  tiny_adv, paper_adv = c.advantage.to_dict(), _paper(phase).advantage.to_dict()
+  assert (tiny_adv.pop('running_stats_init_count') <=
+          paper_adv.pop('running_stats_init_count'))
+  assert tiny_adv == paper_adv
+  assert (c.rl.clip_epsilon, c.rl.kl_beta, c.sampling.temperature) == (0.2, 0.1, 0.7)
+
+
+@pytest.mark.parametrize('phase', PHASES)
+def test_phase_modules_get_config(phase):
+  mod = importlib.import_module(f'experiments.configs.{phase}')
+  assert mod.get_config().scale == 'tiny'
+  assert mod.get_config(None).phase == phase
+  assert mod.get_config('scale=paper').scale == 'paper'
+  assert mod.get_config('paper').scale == 'paper'
+  assert mod.get_config('scale=tiny').model.preset == 'tiny'
+
+
+def test_bad_scale_argument():
+  with pytest.raises(ValueError, match="unknown scale 'huge'"):
+    common.get_config('phase_b', 'scale=huge')
+  with pytest.raises(ValueError, match="unknown config argument 'lr'"):
+    common.get_config('phase_b', 'lr=3')
+  with pytest.raises(ValueError, match="unknown phase 'phase_d'"):
+    common.get_config('phase_d')
+
+
+@pytest.mark.parametrize('field,value,match', [
+    ('rl.learning_rate', -1e-6, 'config.rl.learning_rate'),
+    ('sft.learning_rate', 0.0, 'config.sft.learning_rate'),
+    ('verifier.backend', 'gpt', "config.verifier: verifier.backend='gpt'"),
+    ('verifier.fallback', 'x', 'config.verifier: verifier.fallback'),
+    ('memory.context_budget', 0, 'config.memory:'),
+    ('episodes.op_space', 'A', 'config.episodes.op_space'),
+    ('advantage.local_min_count', 0, 'config.advantage:'),
+    ('reward.delta', 1.5, 'config.reward:'),
+    ('rl.rollouts_per_task', 1, 'config.rl.rollouts_per_task: K=1'),
+    ('advantage.mode', 'other', 'config.advantage: AdvantageConfig.mode'),
+    ('rl.kl_estimator', 'k2', 'config.rl.kl_estimator'),
+    ('sampling.top_p', 0.0, 'config.sampling.top_p'),
+    ('advantage.running_stats_decay', 1.0, 'config.advantage.running_stats_decay'),
+    ('memory.cost_parse', 2.0, 'config.memory.cost_parse'),
+    ('solver.backend', 'gpt', 'config.solver.backend'),
+    ('batching.length_buckets', (256, 512), 'config.batching.length_buckets'),
+    ('batching.command_buckets', (32, 16), 'config.batching.command_buckets'),
+    ('eval.target_budget', 9000, 'config.eval.target_budget'),
+    ('rl.reference_phase', 'sft', 'config.rl.reference_phase'),
+    ('model.preset', 'qwen9', 'config.model.preset'),
+])
+def test_validate_names_bad_field(field, value, match):
+  c = common.get_config('phase_b')
+  *parents, leaf = field.split('.')
+  node = c
+  for p in parents:
+    node = node[p]
+  node[leaf] = value
+  with pytest.raises(ValueError, match=match):
+    common.validate_config(c)
+
+
+def test_paper_scale_requires_hf_checkpoint(tmp_path):
+  c = common.get_config('phase_a', 'scale=paper')
+  with pytest.raises(ValueError, match='config.model.hf_checkpoint: paper scale needs'):
+    common.validate_config(c)
+  c.model.hf_checkpoint = str(tmp_path / 'missing')
+  common.validate_config(c)
+  # The shared data root holds only the samples: paper scale refuses to train on them.
+  with pytest.raises(ValueError, match='config.data.hotpotqa_dir: paper scale trains on '
+                     'the full HotpotQA train split'):
+    common.validate_config(c, check_paths=True)
+  (tmp_path / 'hotpotqa').mkdir()
+  (tmp_path / 'hotpotqa' / common.PAPER_TRAIN_FILE).write_text('[]')
+  c.data.hotpotqa_dir = str(tmp_path / 'hotpotqa')
+  with pytest.raises(ValueError, match='config.model.hf_checkpoint.*not a directory'):
+    common.validate_config(c, check_paths=True)
+  c.model.hf_checkpoint = str(tmp_path)
+  with pytest.raises(ValueError, match='config.model.hf_checkpoint: .*config.json'):
+    common.validate_config(c, check_paths=True)  # a folder without config.json
+  (tmp_path / 'config.json').write_text(json.dumps(_HF_CONFIG))
+  common.validate_config(c, check_paths=True)
+
+
+def test_check_paths_names_missing_data_dir(tmp_path):
+  c = common.get_config('sft')
+  c.data.data_dir = str(tmp_path / 'nope')
+  with pytest.raises(ValueError, match='config.data.data_dir'):
+    common.validate_config(c, check_paths=True)
+
+
+def test_power_of_two_buckets():
+  assert common.power_of_two_buckets(256, 8448) == [256, 512, 1024, 2048, 4096, 8192, 8448]
+  assert common.power_of_two_buckets(16, 64) == [16, 32, 64]
+  with pytest.raises(ValueError):
+    common.power_of_two_buckets(0, 8)
+
+
+def test_library_configs_hold_spec_defaults():
+  """The config layer and the libraries agree on every SPEC number (paper scale)."""
+  for phase, op_space in (('phase_a', 'A'), ('phase_b', 'B'), ('phase_c', 'C')):
+    built = common.library_configs(_paper(phase))
+    assert built['memory'] == memory_config.ExecutorConfig(phase=op_space)
+    assert built['advantage'] == advantages.AdvantageConfig()
+    assert built['reward'] == rewards.RewardConfig()
+    assert built['episodes'].num_train == common.PAPER_EPISODES[phase][0]
+    assert built['env'].rollout_limit == built['episodes'].rollout_limit
+  tiny = common.library_configs(common.get_config('phase_b'))
+  assert tiny['verifier'].backend == 'heuristic'
+  assert tiny['episodes'].context_budget == tiny['memory'].context_budget
+
+
+def test_model_config_from_preset_or_hf_folder(tmp_path):
+  tiny = common.model_config(common.get_config('sft'))
+  assert tiny.vocab_size == 151936 and tiny.dtype == 'float32'
+  paper = common.get_config('phase_a', 'scale=paper')
+  cfg = common.model_config(paper)  # no checkpoint set: the named preset
+  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.dtype, cfg.remat) == (
+      3584, 28, 'bfloat16', True)
+  (tmp_path / 'config.json').write_text(json.dumps(_HF_CONFIG))
+  paper.model.hf_checkpoint = str(tmp_path)
+  cfg = common.model_config(paper)
+  assert (cfg.vocab_size, cfg.hidden_size, cfg.dtype) == (1000, 64, 'bfloat16')
+  paper.model.hf_checkpoint = str(tmp_path / 'nope')
+  with pytest.raises(ValueError, match='config.model.hf_checkpoint'):
+    common.model_config(paper)
+  paper.model.hf_checkpoint = None
+  paper.model.preset = 'qwen9'
+  with pytest.raises(ValueError, match="config.model.preset: unknown Qwen preset 'qwen9'"):
+    common.model_config(paper)
+
+
+def test_context_budget_is_one_shared_field():
+  # episodes.context_budget references memory.context_budget: overriding either one
+  # changes both, so the scenarios always build C_0 inside the executor's budget.
+  c = common.get_config('phase_b')
+  c.memory.context_budget = 900
+  assert c.episodes.context_budget == 900
+  c.episodes.context_budget = 700
+  assert c.memory.context_budget == 700
+  common.validate_config(c)
+
+
+def test_to_dataclass():
+  @dataclasses.dataclass
+  class Small:
+    mode: str = 'full'
+    clip: float = 1.0
+
+  section = {'mode': 'no_verify', 'clip': 2.0, 'extra': 1}
+  with pytest.raises(ValueError, match=r"Small has no field\(s\) \['extra'\]"):
+    common.to_dataclass(Small, section)
+  assert common.to_dataclass(Small, section, strict=False) == Small('no_verify', 2.0)
+  assert common.to_dataclass(Small, {'mode': 'x'}, clip=3.0) == Small('x', 3.0)

@@ -1,0 +1,186 @@
+"""Tests for experiments/run.py: config name resolution, overrides, phase plan, dispatch.
+
+The phase trainers are replaced by fake runners (monkeypatched PHASE_RUNNERS) that save
+a small real checkpoint, so the CLI's dependency logic is tested on its own.
+"""
+import json
+import logging
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments import run as run_cli
+from experiments.configs import common
+from vermem_jax.train import checkpoints as ck
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+CONFIGS = REPO / 'experiments' / 'configs'
+
+
+def test_resolve_config_path_forms(tmp_path):
+  assert run_cli.resolve_config_path('phase_b') == str(CONFIGS / 'phase_b.py')
+  assert run_cli.resolve_config_path('phase_b.py') == str(CONFIGS / 'phase_b.py')
+  assert run_cli.resolve_config_path('phase_b.py:scale=paper') == \
+      str(CONFIGS / 'phase_b.py') + ':scale=paper'
+  own = tmp_path / 'mine.py'
+  own.write_text('def get_config(arg=None):\n  return None\n')
+  assert run_cli.resolve_config_path(f'{own}:x') == f'{own}:x'
+  with pytest.raises(ValueError, match=r"'phase_d.py' is not in .*known configs: "
+                     r'phase_a, phase_b, phase_c, sft'):
+    run_cli.resolve_config_path('phase_d')
+
+
+def test_resolve_config_argv_leaves_overrides():
+  argv = ['run.py', '--config=phase_a', '--config.rl.learning_rate=3e-6', '--workdir=w']
+  assert run_cli.resolve_config_argv(argv) == [
+      'run.py', f'--config={CONFIGS / "phase_a.py"}', '--config.rl.learning_rate=3e-6',
+      '--workdir=w']
+  argv = ['run.py', '--config', 'sft.py:scale=paper', '--dry_run']
+  assert run_cli.resolve_config_argv(argv) == [
+      'run.py', '--config', f'{CONFIGS / "sft.py"}:scale=paper', '--dry_run']
+
+
+def _fake_runners(monkeypatch, calls, *, save=True):
+  """Runners that record their call and write a one-step checkpoint like a trainer."""
+  def make(name):
+    def runner(config, workdir):
+      calls.append((name, config.phase, config.scale, config.rl.learning_rate,
+                    config.seed))
+      if save:
+        with ck.PhaseCheckpointManager(ck.phase_dir(workdir, name)) as mgr:
+          mgr.save(ck.TrainState(step=3, params={'w': np.full((2,), len(calls),
+                                                               np.float32)}))
+    return runner
+  monkeypatch.setattr(run_cli, 'PHASE_RUNNERS',
+                      {p: make(p) for p in common.PHASE_ORDER})
+
+
+def test_tiny_scale_runs_missing_phases_first(tmp_path, monkeypatch, caplog):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  workdir = str(tmp_path / 'wd')
+  config = common.get_config('phase_b')
+  config.rl.learning_rate = 3e-6   # a command-line override
+  config.seed = 43
+  caplog.set_level(logging.INFO)
+  assert run_cli.run(config, workdir) == ['sft', 'phase_a', 'phase_b']
+  assert [c[:2] for c in calls] == [('sft', 'sft'), ('phase_a', 'phase_a'),
+                                    ('phase_b', 'phase_b')]
+  # Overrides apply to every phase the command runs.
+  assert all(c[3] == 3e-6 and c[4] == 43 and c[2] == 'tiny' for c in calls)
+  msgs = ' '.join(r.getMessage() for r in caplog.records)
+  assert 'phase_b needs phase_a' in msgs and 'running sft, phase_a first' in msgs
+  for phase in ('sft', 'phase_a', 'phase_b'):
+    assert ck.phase_complete_step(os.path.join(workdir, phase)) == 3
+  # phase_b done: phase_c needs nothing else.
+  calls.clear()
+  assert run_cli.run(common.get_config('phase_c'), workdir) == ['phase_c']
+  assert [c[0] for c in calls] == ['phase_c']
+  # π_ref for phase_c is loadable from phase_b's directory.
+  params, step = ck.restore_params_only(os.path.join(workdir, 'phase_b'))
+  assert step == 3 and float(params['w'][0]) == 3.0
+
+
+def test_incomplete_previous_phase_is_rerun(tmp_path, monkeypatch):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  workdir = str(tmp_path)
+  # sft complete; phase_a has a checkpoint but never finished (killed run).
+  for phase in ('sft', 'phase_a'):
+    with ck.PhaseCheckpointManager(ck.phase_dir(workdir, phase)) as mgr:
+      mgr.save(ck.TrainState(step=1, params={'w': np.zeros((2,), np.float32)}))
+  ck.mark_phase_complete(os.path.join(workdir, 'sft'), 1)
+  assert run_cli.plan_phases('phase_b', workdir, 'tiny') == ['phase_a', 'phase_b']
+  assert run_cli.plan_phases('sft', workdir, 'tiny') == ['sft']
+  assert run_cli.plan_phases('phase_a', workdir, 'tiny') == ['phase_a']
+
+
+def test_paper_scale_stops_with_command(tmp_path, monkeypatch):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  workdir = str(tmp_path / 'runs')
+  config = common.get_config('phase_b', 'scale=paper')
+  config.model.hf_checkpoint = str(tmp_path)
+  (tmp_path / 'config.json').write_text(json.dumps({  # a minimal HF Qwen2 config
+      'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 64,
+      'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
+      'num_key_value_heads': 2, 'rope_theta': 1e4, 'rms_norm_eps': 1e-6,
+      'tie_word_embeddings': True, 'max_position_embeddings': 4096}))
+  full_data = tmp_path / 'hotpotqa_full'  # stands in for the official files
+  full_data.mkdir()
+  (full_data / common.PAPER_TRAIN_FILE).write_text('[]')
+  config.data.hotpotqa_dir = str(full_data)
+  with pytest.raises(run_cli.MissingPrerequisiteError) as e:
+    run_cli.run(config, workdir)
+  msg = str(e.value)
+  assert os.path.join(workdir, 'phase_a') in msg
+  assert (f'python experiments/run.py --config=phase_a.py:scale=paper '
+          f'--workdir={workdir}') in msg
+  assert calls == []
+  # With phase_a complete, paper scale runs only the requested phase.
+  with ck.PhaseCheckpointManager(ck.phase_dir(workdir, 'phase_a')) as mgr:
+    mgr.save(ck.TrainState(step=1000, params={'w': np.zeros((2,), np.float32)}))
+  ck.mark_phase_complete(os.path.join(workdir, 'phase_a'), 1000)
+  assert run_cli.run(config, workdir) == ['phase_b']
+  assert [c[:3] for c in calls] == [('phase_b', 'phase_b', 'paper')]
+
+
+def test_runner_without_checkpoint_is_an_error(tmp_path, monkeypatch):
+  _fake_runners(monkeypatch, [], save=False)
+  with pytest.raises(RuntimeError, match='sft finished without a checkpoint'):
+    run_cli.run(common.get_config('sft'), str(tmp_path))
+
+
+def test_bad_config_is_rejected_before_running(tmp_path, monkeypatch):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  config = common.get_config('phase_a')
+  config.rl.rollouts_per_task = 1
+  with pytest.raises(ValueError, match='config.rl.rollouts_per_task'):
+    run_cli.run(config, str(tmp_path))
+  assert calls == []
+
+
+def test_default_runner_registry():
+  assert set(run_cli.PHASE_RUNNERS) == set(common.PHASE_ORDER)
+  # All RL phases share one trainer entry point (vermem_jax.train.rl_phase.run_rl_phase).
+  assert run_cli.PHASE_RUNNERS['phase_a'] is run_cli.PHASE_RUNNERS['phase_c']
+  assert run_cli.PHASE_RUNNERS['sft'] is not run_cli.PHASE_RUNNERS['phase_a']
+
+
+def _cli(*args, cwd=REPO):
+  return subprocess.run([sys.executable, str(REPO / 'experiments' / 'run.py'), *args],
+                        cwd=cwd, capture_output=True, text=True, timeout=120,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def test_cli_dry_run_bare_name_and_override(tmp_path):
+  res = _cli('--config=phase_b', '--config.rl.learning_rate=3e-6',
+             '--config.batching.command_buckets=(16, 64)',
+             '--config.memory.cost_parse=0.75',
+             f'--workdir={tmp_path}', '--dry_run', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr
+  assert 'config.rl.learning_rate = 3e-06' in res.stdout
+  assert 'config.batching.command_buckets = (16, 64)' in res.stdout
+  assert 'config.memory.cost_parse = 0.75' in res.stdout
+  assert "config.phase = 'phase_b'" in res.stdout
+  assert "config.scale = 'tiny'" in res.stdout
+  assert 'plan: sft -> phase_a -> phase_b' in res.stdout
+  assert not os.listdir(tmp_path)  # a dry run writes nothing
+
+
+def test_cli_paper_scale_path_form_and_errors(tmp_path):
+  res = _cli('--config', f'{CONFIGS / "phase_c.py"}:scale=paper',
+             f'--config.model.hf_checkpoint={tmp_path}', f'--workdir={tmp_path}',
+             '--dry_run')
+  assert res.returncode == 2
+  assert 'phase_c starts from the phase_b parameters' in res.stderr
+  assert '--config=phase_b.py:scale=paper' in res.stderr
+  res = _cli('--config=phase_x.py', '--dry_run')
+  assert res.returncode == 2 and 'known configs' in res.stderr
+  res = _cli('--config=sft.py', '--config.rl.no_such_field=1', '--dry_run')
+  assert res.returncode != 0 and 'no_such_field' in res.stderr

@@ -1,0 +1,155 @@
+"""Tests for vermem_jax.envs.task_solvers."""
+import types
+
+import numpy as np
+import pytest
+
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import task_solvers as ts
+
+
+@pytest.fixture(scope="module")
+def tokenizer(qwen25_tokenizer_dir):
+  from vermem_jax.tokenization import load_tokenizer
+  return load_tokenizer(qwen25_tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def example(hotpotqa_dir):
+  return hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)[0]
+
+
+@pytest.mark.parametrize("reply,kind,answer", [
+    ("Answer: Paris", "answer", "Paris"),
+    ("answer:   the Eiffel Tower.  ", "answer", "the Eiffel Tower"),
+    ("Final Answer: yes", "answer", "yes"),
+    ("Let me check.\nAnswer: \"1999\"", "answer", "1999"),
+    ("Continue", "continue", None),
+    ("continue.\nAnswer: Paris", "continue", None),  # first deciding line wins
+    ("Answer:", "continue", None),  # empty answer commits nothing
+    ("I am not sure.", "continue", None),
+    ("", "continue", None),
+    ("<think>Answer: wrong</think>\nAnswer: right", "answer", "right"),
+    ("<think>unterminated thought Answer: x", "continue", None),
+])
+def test_parse_solver_reply(reply, kind, answer):
+  assert ts.parse_solver_reply(reply) == (kind, answer)
+
+
+def test_oracle_answers_only_with_all_supporting_units(example, tokenizer):
+  sup = hotpotqa.supporting_unit_ids(example)
+  assert len(sup) >= 2
+  others = [u.id for u in hotpotqa.evidence_units(example) if u.id not in sup]
+  oracle = ts.OracleEvidenceReader.from_examples([example])
+  mk = lambda refs: ts.SolverInput(example.id, example.question, "ctx", frozenset(refs))
+  outs = oracle.solve([mk(sup), mk(list(sup) + others), mk(sup[:-1] + tuple(others)),
+                       mk([])])
+  assert [o.kind for o in outs] == ["answer", "answer", "continue", "continue"]
+  assert outs[0].answer == example.answer and outs[0].text == f"Answer: {example.answer}"
+  assert outs[2].answer is None and outs[2].text == "Continue"
+  assert all(o.input_tokens == 0 and o.output_tokens == 0 for o in outs)
+  with pytest.raises(KeyError, match="no labels"):
+    oracle.solve([ts.SolverInput("unknown", "q", "")])
+
+
+def test_oracle_token_counts_match_llm_prompt(example, tokenizer):
+  oracle = ts.OracleEvidenceReader.from_examples([example], tokenizer=tokenizer)
+  inp = ts.SolverInput(example.id, example.question, "Some notes.", frozenset())
+  (out,) = oracle.solve([inp])
+  prompt = tokenizer.apply_chat_template(ts.solver_messages(inp))
+  assert prompt.startswith("<|im_start|>system\n") and example.question in prompt
+  assert out.input_tokens == len(tokenizer.encode(prompt))
+  assert out.output_tokens == len(tokenizer.encode("Continue")) + 1
+
+
+class _FakeGenerate:
+  """Replays fixed replies as token ids (+ stop token) and records its call."""
+
+  def __init__(self, tokenizer, replies, stop=True, max_new=64):
+    self.tokenizer, self.replies, self.stop, self.max_new = tokenizer, replies, stop, max_new
+    self.calls = []
+
+  def __call__(self, config, params, prompts, *, rng, max_new_tokens, temperature,
+               top_p, stop_token_ids, pad_token_id):
+    self.calls.append(dict(prompts=prompts, max_new_tokens=max_new_tokens,
+                           temperature=temperature, top_p=top_p,
+                           stop_token_ids=stop_token_ids, pad_token_id=pad_token_id))
+    rows = [self.tokenizer.encode(r) + ([self.tokenizer.eos_token_id] if self.stop else [])
+            for r in self.replies]
+    n = max(len(r) for r in rows)
+    tokens = np.full((len(rows), n), self.tokenizer.pad_token_id, np.int32)
+    for i, r in enumerate(rows):
+      tokens[i, :len(r)] = r
+    return types.SimpleNamespace(tokens=tokens, logprobs=np.zeros(tokens.shape, np.float32),
+                                 lengths=np.array([len(r) for r in rows], np.int32))
+
+
+def test_llm_solver_with_fake_generate(tokenizer, example):
+  replies = ["Answer: Arthur's Magazine", "Continue", "hmm"]
+  fake = _FakeGenerate(tokenizer, replies)
+  solver = ts.LLMTaskSolver(tokenizer, model_config=None, params=None,
+                            config=ts.SolverConfig(max_new_tokens=16), generate_fn=fake)
+  inputs = [ts.SolverInput(example.id, example.question, f"note {i}") for i in range(3)]
+  outs = solver.solve(inputs)
+  (call,) = fake.calls
+  assert call["max_new_tokens"] == 16 and call["temperature"] == 0.0
+  assert call["top_p"] == 1.0 and tokenizer.eos_token_id in call["stop_token_ids"]
+  assert call["pad_token_id"] == tokenizer.pad_token_id
+  for inp, prompt, out, reply in zip(inputs, call["prompts"], outs, replies):
+    assert prompt == tokenizer.encode(ts.render_solver_prompt(tokenizer, inp))
+    assert out.input_tokens == len(prompt)
+    assert out.output_tokens == len(tokenizer.encode(reply)) + 1
+    assert out.text == reply
+    assert out.token_ids == tuple(tokenizer.encode(reply)) + (tokenizer.eos_token_id,)
+  assert [(o.kind, o.answer) for o in outs] == [
+      ("answer", "Arthur's Magazine"), ("continue", None), ("continue", None)]
+  assert solver.solve([]) == []
+
+
+def test_llm_solver_reply_cut_without_stop_token(tokenizer):
+  fake = _FakeGenerate(tokenizer, ["Answer: forty two"], stop=False)
+  solver = ts.LLMTaskSolver(tokenizer, None, None, generate_fn=fake)
+  (out,) = solver.solve([ts.SolverInput("x", "q?", "")])
+  assert out.output_tokens == len(tokenizer.encode("Answer: forty two"))
+  assert out.answer == "forty two"
+  assert "(empty)" in tokenizer.decode(fake.calls[0]["prompts"][0])
+
+
+def test_llm_solver_real_tiny_model(tokenizer, example):
+  """Plumbing through the real sampler with a random tiny Qwen: prompt ids, greedy
+  decoding (first token = argmax of an independent forward pass), token counts."""
+  import jax
+  import jax.numpy as jnp
+  from vermem_jax import models
+
+  config = models.QwenConfig.preset("tiny")
+  # Random weights drawn with NumPy into the model's parameter shapes (eval_shape is
+  # free; jax's eager init of the 151936-row embedding takes seconds on CPU).
+  shapes = jax.eval_shape(lambda key: models.init_params(config, key),
+                          jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  params = jax.tree.map(
+      lambda s: jnp.asarray(rng.normal(0.0, 0.05, s.shape).astype(np.float32)), shapes)
+  solver = ts.LLMTaskSolver(tokenizer, config, params,
+                            config=ts.SolverConfig(max_new_tokens=5))
+
+  @jax.jit
+  def last_logits(p, ids):  # independent forward pass: [1, T] -> [1, V]
+    hidden = models.Qwen(config).apply({"params": p}, ids, return_hidden=True)
+    return models.lm_head_logits(config, p, hidden[:, -1])
+
+  inputs = [ts.SolverInput(example.id, example.question, "A short note."),
+            ts.SolverInput(example.id, example.question, "")]
+  outs = solver.solve(inputs)
+  assert outs == solver.solve(inputs)  # greedy is deterministic
+  for inp, out in zip(inputs, outs):
+    prompt = tokenizer.encode(ts.render_solver_prompt(tokenizer, inp))
+    assert out.input_tokens == len(prompt)
+    assert 1 <= out.output_tokens <= 5
+    assert (out.kind, out.answer) == ts.parse_solver_reply(out.text)
+    logits = last_logits(params, jnp.asarray([prompt], jnp.int32))
+    first = int(jnp.argmax(logits[0]))
+    assert out.token_ids[0] == first
+    assert len(out.token_ids) == out.output_tokens
+    body = [t for t in out.token_ids if t not in tokenizer.stop_token_ids]
+    assert out.text == tokenizer.decode(body, skip_special_tokens=True)

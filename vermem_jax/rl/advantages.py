@@ -1,0 +1,483 @@
+"""Hierarchical advantages A^local, A^global and A^hier (SPEC §6).
+
+Paper (arXiv 2608.03137) Eq. 5 and 9, Appendix F.4:
+
+  A^global_k    = (r^global_k - μ_q) / (σ_q + ε)          over the K rollouts of task q
+  A^local_{t,k} = (r^local_{t,k} - μ_v) / (σ_v + ε)       per operation type v
+  A^hier_{t,k}  = λ_l A^local_{t,k} + λ_g A^global_k - λ_c c_{t,k}
+
+Normalization conventions (decisions, documented once here):
+  * μ and σ are the population mean and standard deviation (ddof = 0).
+  * σ is floored at `std_floor` (0.01) and ε (1e-6) is added: (x - μ)/(max(σ, 0.01) + ε).
+  * A set whose values are all identical gets advantage exactly 0 (no NaN).
+  * Both advantages are clipped to [-advantage_clip, advantage_clip] before combining.
+  * A^local is computed only for executable, scored decisions: a rejected command, or an
+    accepted one whose r^local is NaN (the verifier gave no score), gets A^local = 0.
+  * Local statistics per operation type v (the seven tools and ∅ separately): the current
+    update batch when it holds at least `local_min_count` (8) scored instances of v,
+    otherwise the phase `RunningStats` for v; if v has no running statistics either, its
+    A^local is 0 and the op is reported with source 'none'.
+  * Running statistics are consulted BEFORE they see the current batch. After the
+    advantages of the batch are computed, `compute_advantages` (when
+    `update_running_stats=True`) folds every scored executable decision of every type
+    into the running statistics, one sample at a time in batch order, with the
+    exponentially weighted mean/variance recursion of `RunningStats.update`. A batch
+    therefore never normalizes against itself through the running statistics.
+
+Modes (paper ablations, Section 4.3 and Appendix F.3):
+  'full'         A^hier = λ_l A^local + λ_g A^global - λ_c c
+  'local_only'   A^hier = λ_l A^local - λ_c c            (+Local)
+  'global_only'  A^hier = λ_g A^global - λ_c c           (+Global)
+  'no_verify'    A^hier = λ_g A^task - λ_c c, where A^task is r^task normalized within
+                 the task group exactly like A^global (VerMem-noVerify: task-outcome
+                 advantage plus hard constraints, no verifier-derived term).
+
+Pure NumPy (float64), no JAX: this runs once per update on host.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from vermem_jax.memory import commands
+
+# The eight decision types with separate local statistics: seven tools and ∅ (App. F.4).
+ALL_OPS = commands.ALL_OPS
+# Op recorded for unparseable text; allowed only on rejected decisions.
+INVALID_OP = commands.INVALID_OP
+
+MODES = ('full', 'no_verify', 'local_only', 'global_only')
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+  """Advantage settings; defaults are SPEC §6 / paper Appendix F.4 values.
+
+  Attributes:
+    mode: 'full' | 'no_verify' | 'local_only' | 'global_only' (see module docstring).
+    lambda_local: λ_local of Eq. 5 (paper: 1).
+    lambda_global: λ_global of Eq. 5 (paper: 1); also weights A^task in 'no_verify'.
+    lambda_constraint: λ_constraint of Eq. 5 (paper: 1).
+    std_floor: lower bound on σ in both normalizations (Appendix F.4: 0.01).
+    epsilon: ε added to the floored σ (Appendix F.4: 1e-6).
+    advantage_clip: A^local and A^global are clipped to [-c, c] (Appendix F.4: 5).
+    local_min_count: minimum scored instances of an op type in the update batch for
+      batch statistics; fewer falls back to running statistics (Appendix F.4: 8).
+    running_stats_decay: EMA decay of the running statistics (Appendix F.4: 0.99).
+    running_stats_init_count: executable dev transitions per enabled op type used to
+      initialize the running statistics at phase start (Appendix F.4: 128). Read by the
+      trainer that draws them; `RunningStats.init_from` accepts any non-empty sample.
+  """
+  mode: str = 'full'
+  lambda_local: float = 1.0  # SPEC §6, Eq. 5.
+  lambda_global: float = 1.0  # SPEC §6, Eq. 5.
+  lambda_constraint: float = 1.0  # SPEC §6, Eq. 5.
+  std_floor: float = 0.01  # SPEC §6, App. F.4.
+  epsilon: float = 1e-6  # SPEC §6, App. F.4.
+  advantage_clip: float = 5.0  # SPEC §6, App. F.4.
+  local_min_count: int = 8  # SPEC §6, App. F.4.
+  running_stats_decay: float = 0.99  # SPEC §6, App. F.4.
+  running_stats_init_count: int = 128  # SPEC §6, App. F.4.
+
+  def __post_init__(self):
+    if self.mode not in MODES:
+      raise ValueError(f"AdvantageConfig.mode must be one of {MODES}, got {self.mode!r}")
+    if not self.std_floor >= 0 or not self.epsilon >= 0:
+      raise ValueError("AdvantageConfig.std_floor and epsilon must be >= 0")
+    if self.std_floor + self.epsilon <= 0:
+      raise ValueError("AdvantageConfig.std_floor + epsilon must be > 0")
+    if not self.advantage_clip > 0:
+      raise ValueError(f"advantage_clip must be > 0, got {self.advantage_clip}")
+    if self.local_min_count < 1:
+      raise ValueError(f"local_min_count must be >= 1, got {self.local_min_count}")
+    if not 0.0 <= self.running_stats_decay < 1.0:
+      raise ValueError(
+          f"running_stats_decay must be in [0, 1), got {self.running_stats_decay}")
+    if self.running_stats_init_count < 1:
+      raise ValueError("running_stats_init_count must be >= 1")
+
+
+def normalize_scores(values, mean: float, std: float,
+                     config: AdvantageConfig) -> np.ndarray:
+  """(x - μ) / (max(σ, std_floor) + ε), clipped to ±advantage_clip (Eq. 9, App. F.4).
+
+  Args:
+    values: [n] float scores.
+    mean, std: statistics μ, σ to normalize with.
+    config: AdvantageConfig.
+
+  Returns:
+    [n] float64 advantages.
+  """
+  x = np.asarray(values, np.float64)
+  denom = max(float(std), config.std_floor) + config.epsilon
+  return np.clip((x - mean) / denom, -config.advantage_clip, config.advantage_clip)
+
+
+def _normalize_set(values: np.ndarray, config: AdvantageConfig) -> np.ndarray:
+  """Normalizes one set with its own population statistics; identical values -> 0."""
+  if values.size == 0 or values.max() == values.min():
+    return np.zeros_like(values)
+  return normalize_scores(values, values.mean(), values.std(), config)
+
+
+def group_advantages(rewards, group_ids, config: AdvantageConfig) -> np.ndarray:
+  """Within-group normalized advantages, e.g. A^global_k (paper Eq. 9, App. F.4).
+
+  Each rollout's reward is normalized with the mean and population std of the rollouts
+  sharing its group (task) id; σ floored at std_floor, ε added, clipped to
+  ±advantage_clip; a group whose rewards are all identical (or of size 1) gets 0.
+
+  Args:
+    rewards: [M] float rewards (r^global, or r^task for the noVerify control).
+    group_ids: [M] hashable task ids (int or str), one per trajectory.
+    config: AdvantageConfig.
+
+  Returns:
+    [M] float64 advantages.
+
+  Raises:
+    ValueError: on shape mismatch or non-finite rewards.
+  """
+  r = np.asarray(rewards, np.float64)
+  g = np.asarray(group_ids)
+  if r.ndim != 1 or g.shape != r.shape:
+    raise ValueError(f"rewards and group_ids must be [M] arrays of equal length, got "
+                     f"{r.shape} and {g.shape}")
+  if not np.all(np.isfinite(r)):
+    raise ValueError(f"rewards must be finite, got {r}")
+  out = np.zeros_like(r)
+  for gid in np.unique(g):
+    idx = np.flatnonzero(g == gid)
+    out[idx] = _normalize_set(r[idx], config)
+  return out
+
+
+class RunningStats:
+  """Phase-specific per-operation running statistics of r^local (Appendix F.4).
+
+  Holds, per op type, an exponentially weighted mean and variance with decay d
+  (0.99). Lifecycle per phase: `reset()` (or `init_from`, which resets first) at phase
+  start, `init_from({op: dev scores})` with ~128 executable dev transitions per
+  enabled type, then `update(op, scores)` after each update batch (done by
+  `compute_advantages`). `to_dict`/`from_dict` give a JSON-compatible state for
+  checkpoints.
+
+  Update rule, one sample x at a time (Finch 2009, "Incremental calculation of weighted
+  mean and variance"): δ = x - μ; μ ← μ + (1-d) δ; σ² ← d (σ² + (1-d) δ²).
+  Equivalent to EMAs of the first and second moments.
+  """
+
+  def __init__(self, decay: float = AdvantageConfig.running_stats_decay):
+    if not 0.0 <= decay < 1.0:
+      raise ValueError(f"RunningStats decay must be in [0, 1), got {decay}")
+    self.decay = float(decay)
+    self._mean: dict[str, float] = {}
+    self._var: dict[str, float] = {}
+    self._count: dict[str, int] = {}
+
+  def reset(self) -> None:
+    """Forgets all statistics (call at each phase start)."""
+    self._mean.clear()
+    self._var.clear()
+    self._count.clear()
+
+  @staticmethod
+  def _check_scores(op: str, scores) -> np.ndarray:
+    _check_op(op)
+    x = np.asarray(scores, np.float64).reshape(-1)
+    if not np.all(np.isfinite(x)):
+      raise ValueError(f"running-stat scores for {op!r} must be finite, got {scores!r}")
+    return x
+
+  def init_from(self, scores_by_op: Mapping[str, Sequence[float]]) -> None:
+    """Resets, then sets each op's mean/variance from dev-transition scores.
+
+    Args:
+      scores_by_op: {op name: [n] r^local scores of executable dev transitions}, n >= 1
+        (the paper uses 128 per type enabled in the phase). Ops absent stay
+        uninitialized.
+
+    Raises:
+      ValueError: on an unknown op, an empty or non-finite score list.
+    """
+    parsed = {}
+    for op, scores in scores_by_op.items():
+      x = self._check_scores(op, scores)
+      if x.size == 0:
+        raise ValueError(f"init_from: no scores given for op {op!r}")
+      parsed[op] = x
+    self.reset()
+    for op, x in parsed.items():
+      self._mean[op] = float(x.mean())
+      self._var[op] = float(x.var())
+      self._count[op] = int(x.size)
+
+  def update(self, op: str, scores) -> None:
+    """Folds scores (in order) into op's EMA statistics; no-op if op uninitialized.
+
+    Raises:
+      ValueError: on an unknown op or non-finite scores.
+    """
+    x = self._check_scores(op, scores)
+    if op not in self._mean or x.size == 0:
+      return
+    alpha = 1.0 - self.decay
+    mean, var = self._mean[op], self._var[op]
+    for v in x:
+      delta = v - mean
+      mean += alpha * delta
+      var = self.decay * (var + alpha * delta * delta)
+    self._mean[op], self._var[op] = float(mean), float(var)
+    self._count[op] += int(x.size)
+
+  def is_initialized(self, op: str) -> bool:
+    return op in self._mean
+
+  def get(self, op: str) -> Optional[tuple[float, float]]:
+    """(mean, std) of op, or None when uninitialized."""
+    if op not in self._mean:
+      return None
+    return self._mean[op], math.sqrt(max(self._var[op], 0.0))
+
+  def count(self, op: str) -> int:
+    """Samples absorbed by op's statistics (init + updates); 0 if uninitialized."""
+    return self._count.get(op, 0)
+
+  def to_dict(self) -> dict:
+    """JSON-compatible state: {'decay': d, 'ops': {op: {'mean','var','count'}}}."""
+    return {'decay': self.decay,
+            'ops': {op: {'mean': self._mean[op], 'var': self._var[op],
+                         'count': self._count[op]} for op in sorted(self._mean)}}
+
+  @classmethod
+  def from_dict(cls, state: Mapping) -> 'RunningStats':
+    """Inverse of to_dict.
+
+    Raises:
+      ValueError: if the state is malformed (missing keys, unknown op, bad values).
+    """
+    try:
+      stats = cls(float(state['decay']))
+      for op, s in dict(state['ops']).items():
+        _check_op(op)
+        mean, var, count = float(s['mean']), float(s['var']), int(s['count'])
+        if not (math.isfinite(mean) and math.isfinite(var) and var >= 0 and count >= 1):
+          raise ValueError(f"bad statistics for {op!r}: {dict(s)!r}")
+        stats._mean[op], stats._var[op], stats._count[op] = mean, var, count
+    except (KeyError, TypeError) as e:
+      raise ValueError(f"malformed RunningStats state: {e!r}") from e
+    return stats
+
+  def __repr__(self):
+    return f"RunningStats(decay={self.decay}, ops={self.to_dict()['ops']})"
+
+
+def _check_op(op) -> None:
+  if op not in ALL_OPS:
+    raise ValueError(f"unknown operation type {op!r}; expected one of {ALL_OPS}")
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalOpStats:
+  """How one op type's A^local was normalized in an update (for metrics)."""
+  count: int  # scored executable instances in the batch
+  source: str  # 'batch' | 'running' | 'none'
+  mean: float  # μ_v used (NaN for 'none')
+  std: float  # σ_v used before the floor (NaN for 'none')
+
+
+def local_advantages(ops: Sequence[str], r_local, scored, config: AdvantageConfig,
+                     running_stats: Optional[RunningStats]
+                     ) -> tuple[np.ndarray, dict[str, LocalOpStats]]:
+  """A^local per decision, normalized per operation type (paper Eq. 9, App. F.4).
+
+  Args:
+    ops: [N] op names (ALL_OPS).
+    r_local: [N] local-verifier scores in [0, 1] (ignored where not scored).
+    scored: [N] bool, True for executable decisions with a verifier score.
+    config: AdvantageConfig (std floor, ε, clip, local_min_count).
+    running_stats: phase running statistics, used for types with fewer than
+      local_min_count scored instances; None means none available.
+
+  Returns:
+    ([N] float64 A^local, zero where not scored; {op: LocalOpStats} for every op with
+    at least one scored instance).
+  """
+  ops_arr = np.asarray(ops, dtype=object)
+  x = np.asarray(r_local, np.float64)
+  scored = np.asarray(scored, bool)
+  out = np.zeros(x.shape, np.float64)
+  info: dict[str, LocalOpStats] = {}
+  for op in ALL_OPS:
+    idx = np.flatnonzero(scored & (ops_arr == op))
+    if idx.size == 0:
+      continue
+    vals = x[idx]
+    if idx.size >= config.local_min_count:
+      out[idx] = _normalize_set(vals, config)
+      info[op] = LocalOpStats(int(idx.size), 'batch', float(vals.mean()),
+                              float(vals.std()))
+    elif running_stats is not None and running_stats.is_initialized(op):
+      mean, std = running_stats.get(op)
+      out[idx] = normalize_scores(vals, mean, std, config)
+      info[op] = LocalOpStats(int(idx.size), 'running', mean, std)
+    else:
+      info[op] = LocalOpStats(int(idx.size), 'none', math.nan, math.nan)
+  return out, info
+
+
+@dataclasses.dataclass(frozen=True)
+class Advantages:
+  """Output of compute_advantages. Per-decision arrays are [N], per-trajectory [M].
+
+  Attributes:
+    a_hier: [N] A^hier_{t,k} by mode, the value every command token of decision t gets.
+    a_local: [N] clipped A^local (0 for rejected/unscored decisions and in modes that do
+      not use the local branch).
+    a_global: [N] clipped A^global of each decision's trajectory (0 if r_global absent).
+    a_task: [N] clipped group-normalized r^task of the trajectory (0 if r_task absent).
+    costs: [N] constraint costs c_{t,k} as given.
+    traj_a_global: [M] A^global_k.
+    traj_a_task: [M] A^task_k.
+    local_ops: {op: LocalOpStats}: which ops used batch vs running statistics.
+    metrics: flat {name: float} summary for logging.
+  """
+  a_hier: np.ndarray
+  a_local: np.ndarray
+  a_global: np.ndarray
+  a_task: np.ndarray
+  costs: np.ndarray
+  traj_a_global: np.ndarray
+  traj_a_task: np.ndarray
+  local_ops: dict
+  metrics: dict
+
+
+def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accepted,
+                       costs, r_local, r_global=None, r_task=None,
+                       config: AdvantageConfig = AdvantageConfig(),
+                       running_stats: Optional[RunningStats] = None,
+                       update_running_stats: bool = True) -> Advantages:
+  """A^hier for every decision of one update batch (paper Eq. 5, 9; App. F.4).
+
+  Args:
+    group_ids: [M] task id of each trajectory (its GRPO group G_q, Eq. 8).
+    trajectory_index: [N] int, index in [0, M) of each decision's trajectory.
+    ops: [N] op name of each decision (ALL_OPS; 'Null' for ∅), or INVALID_OP
+      ('Invalid') for text that did not parse into a tool, which must be rejected.
+    accepted: [N] bool, False for commands rejected by the executor.
+    costs: [N] constraint costs c_{t,k} in [0, 1].
+    r_local: [N] r^local in [0, 1], NaN where the local verifier did not score.
+    r_global: [M] r^global in [0, 1]; required unless mode == 'no_verify'.
+    r_task: [M] r^task in [0, 1]; required when mode == 'no_verify'.
+    config: AdvantageConfig.
+    running_stats: phase RunningStats; required by modes that use A^local. Mutated in
+      place after use when update_running_stats (see module docstring).
+    update_running_stats: fold this batch's scored decisions into running_stats.
+
+  Returns:
+    Advantages.
+
+  Raises:
+    ValueError: on shape mismatches, unknown op names, out-of-range indices or values,
+      or a missing input the mode needs.
+  """
+  g = np.asarray(group_ids)
+  m = g.shape[0] if g.ndim == 1 else -1
+  if g.ndim != 1:
+    raise ValueError(f"group_ids must be [M], got shape {g.shape}")
+  tidx = np.asarray(trajectory_index)
+  n = tidx.shape[0] if tidx.ndim == 1 else -1
+  if tidx.ndim != 1 or (tidx.size and not np.issubdtype(tidx.dtype, np.integer)):
+    raise ValueError(f"trajectory_index must be an [N] int array, got {tidx!r}")
+  tidx = tidx.astype(np.int64)
+  if n and (tidx.min() < 0 or tidx.max() >= m):
+    raise ValueError(f"trajectory_index values must lie in [0, {m}), got "
+                     f"[{tidx.min()}, {tidx.max()}]")
+  ops = list(ops)
+  acc = np.asarray(accepted, bool)
+  for op in set(ops):
+    if op != INVALID_OP:
+      _check_op(op)
+  c = np.asarray(costs, np.float64)
+  rl = np.asarray(r_local, np.float64)
+  for name, arr in (('ops', np.asarray(ops, object)), ('accepted', acc), ('costs', c),
+                    ('r_local', rl)):
+    if arr.shape != (n,):
+      raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
+  invalid_accepted = [i for i, op in enumerate(ops) if op == INVALID_OP and acc[i]]
+  if invalid_accepted:
+    raise ValueError(f"decisions {invalid_accepted[:5]} have op {INVALID_OP!r} but are "
+                     "marked accepted")
+  if not np.all(np.isfinite(c)) or np.any(c < 0) or np.any(c > 1):
+    raise ValueError(f"costs must be finite and in [0, 1], got {c}")
+  scored = acc & ~np.isnan(rl)
+  if np.any(np.isinf(rl)) or np.any(rl[scored] < 0) or np.any(rl[scored] > 1):
+    raise ValueError("r_local scores must lie in [0, 1] (NaN = not scored)")
+
+  mode = config.mode
+  def traj_adv(values, name, required):
+    if values is None:
+      if required:
+        raise ValueError(f"mode {mode!r} requires {name}")
+      return np.zeros(m, np.float64)
+    v = np.asarray(values, np.float64)
+    if v.shape != (m,):
+      raise ValueError(f"{name} must have shape ({m},), got {v.shape}")
+    if np.any(v < 0) or np.any(v > 1):
+      raise ValueError(f"{name} must lie in [0, 1], got {v}")
+    return group_advantages(v, g, config)
+
+  traj_a_global = traj_adv(r_global, 'r_global', mode != 'no_verify')
+  traj_a_task = traj_adv(r_task, 'r_task', mode == 'no_verify')
+
+  uses_local = mode in ('full', 'local_only')
+  if uses_local:
+    if running_stats is None:
+      raise ValueError(f"mode {mode!r} needs running_stats (RunningStats)")
+    a_local, local_ops = local_advantages(ops, rl, scored, config, running_stats)
+  else:
+    a_local, local_ops = np.zeros(n, np.float64), {}
+
+  a_global = traj_a_global[tidx]
+  a_task = traj_a_task[tidx]
+  constraint = config.lambda_constraint * c
+  if mode == 'full':
+    a_hier = config.lambda_local * a_local + config.lambda_global * a_global - constraint
+  elif mode == 'local_only':
+    a_hier = config.lambda_local * a_local - constraint
+  elif mode == 'global_only':
+    a_hier = config.lambda_global * a_global - constraint
+  else:  # no_verify
+    a_hier = config.lambda_global * a_task - constraint
+
+  if uses_local and update_running_stats:
+    ops_arr = np.asarray(ops, object)
+    for op in ALL_OPS:
+      sel = scored & (ops_arr == op)
+      if sel.any():
+        running_stats.update(op, rl[sel])
+
+  metrics = {
+      'advantage/num_decisions': float(n),
+      'advantage/num_trajectories': float(m),
+      'advantage/num_rejected': float((~acc).sum()),
+      'advantage/num_scored': float(scored.sum()),
+      'advantage/num_accepted_unscored': float((acc & np.isnan(rl)).sum()),
+      'advantage/a_hier_mean': float(a_hier.mean()) if n else 0.0,
+      'advantage/a_hier_std': float(a_hier.std()) if n else 0.0,
+      'advantage/a_local_mean': float(a_local.mean()) if n else 0.0,
+      'advantage/a_global_mean': float(a_global.mean()) if n else 0.0,
+      'advantage/cost_mean': float(c.mean()) if n else 0.0,
+  }
+  for op, s in local_ops.items():
+    metrics[f'advantage/local_{op}_count'] = float(s.count)
+    metrics[f'advantage/local_{op}_uses_batch'] = float(s.source == 'batch')
+    metrics[f'advantage/local_{op}_uses_running'] = float(s.source == 'running')
+  return Advantages(a_hier=a_hier, a_local=a_local, a_global=a_global, a_task=a_task,
+                    costs=c, traj_a_global=traj_a_global, traj_a_task=traj_a_task,
+                    local_ops=local_ops, metrics=metrics)

@@ -1,0 +1,512 @@
+"""Token-level clipped GRPO objective on command tokens (paper Eq. 10-11, App. B, F.6).
+
+For command u_{t,k} with tokens y_{t,k,1:L} and shared advantage A = A^hier_{t,k}:
+
+  ρ_j   = π_θ(y_j | h_j) / π_θold(y_j | h_j)                       (Eq. 10)
+  d_j   = KL(π_θ(· | h_j) || π_ref(· | h_j))                        (Eq. 10)
+  ℓ_j   = min(ρ_j A, clip(ρ_j, 1-ε, 1+ε) A) - β d_j                 (Eq. 11)
+  J     = (1/|B_op|) Σ_{decisions} (1/L) Σ_j ℓ_j                    (Eq. 11)
+
+and the loss is -J. Everything is evaluated at the policy temperature (logits / T),
+the log-ratio is clamped to ±max_log_ratio before exp, and d_j is either the exact KL
+over the vocabulary (default) or the k3 estimator on the sampled token.
+
+Layout. The loss works on command tokens only, gathered into a fixed [B, L] layout
+(L = a bucketed maximum number of command tokens per row):
+  target_ids    [B, L] int32    the command token y_j,
+  command_ids   [B, L] int32    decision id of the token, 0 = not trained (padding),
+  advantages    [B, L] float32  A^hier of the token's decision,
+  old_logprobs  [B, L] float32  log π_θold(y_j | h_j) at the policy temperature,
+and, for the model step, command_positions [B, L] int32: the index t of the hidden state
+that PREDICTS y_j (the token itself sits at t + 1 in input_ids; next-token convention).
+`select_command_tokens` builds this layout from the token-aligned [B, T] learner batch.
+
+Decision identity (decided here): a decision is a maximal run of consecutive slots in
+one row that share the same non-zero command id. A command's tokens are contiguous in its
+sequence and are gathered in order, so ids only need to differ between adjacent
+commands of a row; the batcher may use per-row or global per-update ids. Decision
+segments are therefore counted with a segment_sum over at most B·L (+1 for masked)
+segments, a static bound, so the loss jit-compiles once per [B, L] bucket.
+
+Deferred normalization (as Tunix/MaxText do for gradient accumulation): the loss returns
+the SUM over decisions of each decision's token-mean loss and the NUMBER of decisions;
+micro-batches and devices add both and divide once per update, so any split of an update
+gives the same loss and gradient. Metrics are (sum, count) pairs (`*_min`/`*_max` are
+(value, count) pairs reduced by min/max) combined with `combine_metrics` and read with
+`finalize_metrics`.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Mapping, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vermem_jax.models import qwen
+
+KL_ESTIMATORS = ('exact', 'k3')
+
+# Keys of the gathered [B, L] loss batch.
+LOSS_BATCH_KEYS = ('target_ids', 'command_ids', 'advantages', 'old_logprobs')
+# Keys of the model-step batch: the [B, T] model inputs plus the [B, L] loss batch.
+STEP_BATCH_KEYS = ('input_ids', 'attention_mask', 'command_positions') + LOSS_BATCH_KEYS
+
+# Defaults: SPEC §6 / paper App. F.6 (ε_clip 0.2, β_KL 0.1). The log-ratio clamp only
+# guards exp() against overflow; |log ρ| = 20 is far outside any trust region.
+DEFAULT_CLIP_EPSILON = 0.2
+DEFAULT_KL_BETA = 0.1
+DEFAULT_MAX_LOG_RATIO = 20.0
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def decision_segments(command_ids: jax.Array) -> tuple[jax.Array, int]:
+  """Segment index of every [B, L] slot: one segment per decision, masked slots last.
+
+  Args:
+    command_ids: [B, L] int, 0 = not trained.
+
+  Returns:
+    (segments [B*L] int32 in [0, B*L], num_segments = B*L + 1). Slots with id 0 map to
+    segment B*L; each maximal run of equal non-zero ids within a row gets its own
+    segment in [0, B*L).
+  """
+  b, l = command_ids.shape
+  mask = command_ids > 0
+  prev = jnp.pad(command_ids[:, :-1], ((0, 0), (1, 0)))
+  starts = (mask & (command_ids != prev)).reshape(-1)
+  seg = jnp.cumsum(starts.astype(jnp.int32)) - 1
+  seg = jnp.where(mask.reshape(-1), seg, b * l)
+  return seg, b * l + 1
+
+
+def _decision_reduce(token_values: jax.Array, command_ids: jax.Array, *,
+                     mean: bool = True) -> tuple[jax.Array, jax.Array]:
+  """(Σ_decisions token-mean (or token-sum) of token_values, number of decisions)."""
+  mask = command_ids > 0
+  seg, nseg = decision_segments(command_ids)
+  vals = jnp.where(mask, token_values, 0.0).reshape(-1)
+  sums = jax.ops.segment_sum(vals, seg, num_segments=nseg)[:-1]
+  counts = jax.ops.segment_sum(mask.reshape(-1).astype(vals.dtype), seg,
+                               num_segments=nseg)[:-1]
+  present = counts > 0
+  if mean:
+    sums = jnp.where(present, sums / jnp.where(present, counts, 1.0), 0.0)
+  return jnp.sum(sums), jnp.sum(present.astype(jnp.float32))
+
+
+def _masked_sum_count(values, mask):
+  return (jnp.sum(jnp.where(mask, values, 0.0)),
+          jnp.sum(mask.astype(jnp.float32)))
+
+
+def _masked_min_max(values, mask):
+  n = jnp.sum(mask.astype(jnp.float32))
+  return ((jnp.min(jnp.where(mask, values, jnp.inf)), n),
+          (jnp.max(jnp.where(mask, values, -jnp.inf)), n))
+
+
+def gather_positions(x: jax.Array, positions: jax.Array) -> jax.Array:
+  """x[b, positions[b, l]] for every b, l.
+
+  Args:
+    x: [B, T, ...] (hidden states or logits).
+    positions: [B, L] int indices into T.
+
+  Returns:
+    [B, L, ...]; the gradient scatters back only to the gathered positions.
+  """
+  return jax.vmap(lambda row, idx: row[idx])(x, positions)
+
+
+def combine_metrics(a: Mapping, b: Mapping) -> dict:
+  """Adds two metric dicts of (value, count) pairs from micro-batches or devices.
+
+  Keys ending in '_min' / '_max' combine their values by min / max; the others sum.
+  Works on Python floats, NumPy and JAX arrays.
+  """
+  if set(a) != set(b):
+    raise ValueError(f"metric keys differ: {sorted(set(a) ^ set(b))}")
+  out = {}
+  for k in a:
+    (va, na), (vb, nb) = a[k], b[k]
+    if k.endswith('_min'):
+      v = jnp.minimum(va, vb)
+    elif k.endswith('_max'):
+      v = jnp.maximum(va, vb)
+    else:
+      v = va + vb
+    out[k] = (v, na + nb)
+  return out
+
+
+def finalize_metrics(metrics: Mapping) -> dict[str, float]:
+  """Turns (value, count) pairs into floats: sum/count, or the min/max value.
+
+  A metric with count 0 reads NaN.
+  """
+  out = {}
+  for k, (v, n) in metrics.items():
+    v, n = float(v), float(n)
+    if n == 0:
+      out[k] = float('nan')
+    elif k.endswith('_min') or k.endswith('_max'):
+      out[k] = v
+    else:
+      out[k] = v / n
+  return out
+
+
+def _compute_dtype(x) -> jnp.dtype:
+  """float32, or float64 when x is float64 (x64 tests); bf16/f16 are upcast."""
+  return jnp.promote_types(x.dtype, jnp.float32)
+
+
+def _check_loss_args(logits, batch, temperature, kl_estimator=None):
+  missing = [k for k in LOSS_BATCH_KEYS if k not in batch]
+  if missing:
+    raise ValueError(f"loss batch is missing keys {missing}")
+  if logits.ndim != 3:
+    raise ValueError(f"logits must be [B, L, V], got shape {logits.shape}")
+  for k in LOSS_BATCH_KEYS:
+    if tuple(batch[k].shape) != tuple(logits.shape[:2]):
+      raise ValueError(f"batch[{k!r}] must have shape {tuple(logits.shape[:2])}, got "
+                       f"{tuple(batch[k].shape)}")
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
+  if kl_estimator is not None and kl_estimator not in KL_ESTIMATORS:
+    raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got "
+                     f"{kl_estimator!r}")
+
+
+# --------------------------------------------------------------------------- losses
+
+
+def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
+                          batch: Mapping[str, jax.Array], *,
+                          clip_epsilon: float = DEFAULT_CLIP_EPSILON,
+                          kl_beta: float = DEFAULT_KL_BETA,
+                          kl_estimator: str = 'exact',
+                          temperature: float = 1.0,
+                          max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+  """Summed token-level clipped GRPO loss over decisions (paper Eq. 10-11, App. F.6).
+
+  Pure and jittable (the keyword arguments are Python constants).
+
+  Args:
+    logits: [B, L, V] policy logits at the command-token positions only (any float
+      dtype; computed in float32).
+    ref_logits: [B, L, V] reference-policy logits at the same positions (treated as
+      constants), or None when kl_beta == 0.
+    batch: the [B, L] loss batch (module docstring): target_ids, command_ids,
+      advantages (A^hier per token), old_logprobs (θ_old, at `temperature`).
+    clip_epsilon: PPO clip ε_clip (SPEC §6: 0.2).
+    kl_beta: KL weight β_KL (SPEC §6: 0.1).
+    kl_estimator: 'exact' = Σ_v p log(p / p_ref) over the vocabulary; 'k3' =
+      exp(Δ) - 1 - Δ with Δ = log p_ref(y) - log p(y) on the sampled token.
+    temperature: policy sampling temperature T (SPEC §4: 0.7); policy, reference and
+      old log-probabilities are all at T.
+    max_log_ratio: clamp of log ρ before exp.
+
+  Returns:
+    (loss_sum, num_decisions, metrics): loss_sum = Σ_decisions (1/L) Σ_j -ℓ_j (float32
+    scalar), num_decisions (float32 scalar) the number of trained decisions in the
+    batch, metrics {name: (value, count)} with clip_fraction, kl, ratio, ratio_min,
+    ratio_max, entropy, logprob_gap (learner minus old/sampler log-prob), logprob_abs_gap,
+    advantage (token-level) and policy_loss, kl_loss (decision-level). Divide loss_sum
+    and its gradient by the update's total num_decisions.
+
+  Raises:
+    ValueError: (at trace time) on missing keys, mismatched shapes, bad options, or
+      ref_logits None with kl_beta != 0.
+  """
+  _check_loss_args(logits, batch, temperature, kl_estimator)
+  if ref_logits is None and kl_beta != 0:
+    raise ValueError("ref_logits is required when kl_beta != 0")
+  if ref_logits is not None and ref_logits.shape != logits.shape:
+    raise ValueError(f"ref_logits shape {ref_logits.shape} != logits {logits.shape}")
+  dt = _compute_dtype(logits)
+  command_ids = batch['command_ids']
+  mask = command_ids > 0
+  # Masked slots get neutral inputs so that arbitrary values there (NaN included)
+  # cannot reach the loss or its gradient.
+  adv = jnp.where(mask, batch['advantages'].astype(dt), 0.0)
+  old_logp = jnp.where(mask, batch['old_logprobs'].astype(dt), 0.0)
+  targets = batch['target_ids'].astype(jnp.int32)
+
+  logp_all = jax.nn.log_softmax(logits.astype(dt) / temperature, axis=-1)
+  logp = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
+  p_all = jnp.exp(logp_all)
+  entropy = -jnp.sum(p_all * logp_all, axis=-1)
+
+  raw_log_ratio = logp - old_logp
+  log_ratio = jnp.clip(raw_log_ratio, -max_log_ratio, max_log_ratio)
+  ratio = jnp.exp(log_ratio)
+  clipped_ratio = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
+  surrogate = jnp.minimum(ratio * adv, clipped_ratio * adv)
+
+  if ref_logits is None:
+    kl = jnp.zeros_like(logp)
+  else:
+    ref_logp_all = jax.nn.log_softmax(
+        jax.lax.stop_gradient(ref_logits).astype(dt) / temperature, axis=-1)
+    if kl_estimator == 'exact':
+      kl = jnp.sum(p_all * (logp_all - ref_logp_all), axis=-1)
+    else:
+      ref_logp = jnp.take_along_axis(ref_logp_all, targets[..., None], axis=-1)[..., 0]
+      delta = jnp.clip(ref_logp - logp, -max_log_ratio, max_log_ratio)
+      kl = jnp.exp(delta) - 1.0 - delta
+
+  token_loss = -(surrogate - kl_beta * kl)
+  loss_sum, num_decisions = _decision_reduce(token_loss, command_ids)
+
+  outside = (ratio < 1.0 - clip_epsilon) | (ratio > 1.0 + clip_epsilon)
+  ratio_min, ratio_max = _masked_min_max(ratio, mask)
+  metrics = {
+      'clip_fraction': _masked_sum_count(outside.astype(jnp.float32), mask),
+      'kl': _masked_sum_count(kl, mask),
+      'ratio': _masked_sum_count(ratio, mask),
+      'ratio_min': ratio_min,
+      'ratio_max': ratio_max,
+      'entropy': _masked_sum_count(entropy, mask),
+      'logprob_gap': _masked_sum_count(raw_log_ratio, mask),
+      'logprob_abs_gap': _masked_sum_count(jnp.abs(raw_log_ratio), mask),
+      'advantage': _masked_sum_count(adv, mask),
+      'policy_loss': _decision_reduce(-surrogate, command_ids),
+      'kl_loss': _decision_reduce(kl_beta * kl, command_ids),
+  }
+  return loss_sum, num_decisions, metrics
+
+
+NLL_REDUCTIONS = ('token', 'decision', 'sequence')
+
+
+def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *,
+                            reduction: str = 'token', temperature: float = 1.0):
+  """Summed SFT negative log-likelihood of command tokens (paper Eq. 7).
+
+  Pure and jittable. Uses the same [B, L] layout as grpo_loss_from_logits (only
+  target_ids and command_ids are read) and the same deferred normalization.
+
+  Args:
+    logits: [B, L, V] logits at the command-token positions.
+    batch: {'target_ids': [B, L] int, 'command_ids': [B, L] int (0 = not trained)}.
+    reduction: 'token' — sum of token NLLs, count = command tokens (per-token mean);
+      'decision' — each command's token-mean NLL summed, count = commands;
+      'sequence' — each command's summed NLL (-log π(u* | x), Eq. 7 literally),
+      count = commands.
+    temperature: logits are divided by it (1.0 for SFT).
+
+  Returns:
+    (nll_sum float32, count float32, metrics {'token_accuracy', 'token_nll'} as
+    (sum, count) pairs over command tokens).
+
+  Raises:
+    ValueError: (at trace time) on missing keys, shapes or a bad reduction.
+  """
+  if reduction not in NLL_REDUCTIONS:
+    raise ValueError(f"reduction must be one of {NLL_REDUCTIONS}, got {reduction!r}")
+  for k in ('target_ids', 'command_ids'):
+    if k not in batch:
+      raise ValueError(f"batch is missing {k!r}")
+    if tuple(batch[k].shape) != tuple(logits.shape[:2]):
+      raise ValueError(f"batch[{k!r}] must have shape {tuple(logits.shape[:2])}")
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature}")
+  command_ids = batch['command_ids']
+  mask = command_ids > 0
+  targets = batch['target_ids'].astype(jnp.int32)
+  logp_all = jax.nn.log_softmax(logits.astype(_compute_dtype(logits)) / temperature,
+                                axis=-1)
+  nll = -jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
+  if reduction == 'token':
+    total, count = _masked_sum_count(nll, mask)
+  else:
+    total, count = _decision_reduce(nll, command_ids, mean=(reduction == 'decision'))
+  correct = (jnp.argmax(logp_all, axis=-1) == targets).astype(jnp.float32)
+  metrics = {'token_accuracy': _masked_sum_count(correct, mask),
+             'token_nll': _masked_sum_count(nll, mask)}
+  return total, count, metrics
+
+
+def token_logprobs_from_logits(logits: jax.Array, target_ids: jax.Array, *,
+                               temperature: float = 1.0) -> jax.Array:
+  """log softmax(logits / T)[target] per slot: [B, L, V], [B, L] -> [B, L] float32.
+
+  The learner-side recomputation of old_logprobs (θ_old = θ before the update).
+  """
+  logp_all = jax.nn.log_softmax(logits.astype(_compute_dtype(logits)) / temperature,
+                                axis=-1)
+  return jnp.take_along_axis(logp_all, target_ids.astype(jnp.int32)[..., None],
+                             axis=-1)[..., 0]
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def select_command_tokens(batch: Mapping[str, np.ndarray],
+                          num_command_tokens: int) -> dict[str, np.ndarray]:
+  """Builds the model-step batch from the token-aligned [B, T] learner batch (host side).
+
+  Input layout (DESIGN.md learner batch), all [B, T] and token-aligned: entry t
+  describes token input_ids[b, t]; command_ids[b, t] > 0 marks a command token of
+  decision command_ids[b, t]; advantages[b, t] is its A^hier and old_logprobs[b, t] is
+  log π_θold(input_ids[b, t] | input_ids[b, <t]).
+
+  Args:
+    batch: {'input_ids', 'attention_mask', 'command_ids', 'advantages',
+      'old_logprobs'} [B, T] NumPy arrays (+ optional 'positions').
+    num_command_tokens: L, the bucket size; must be >= the largest number of command
+      tokens in a row.
+
+  Returns:
+    {'input_ids', 'attention_mask', ('positions'), 'command_positions', 'target_ids',
+    'command_ids', 'advantages', 'old_logprobs'}: [B, T] model inputs and the [B, L]
+    loss layout; command_positions[b, j] = t - 1 (the predicting hidden state).
+
+  Raises:
+    ValueError: on missing keys, shape mismatches, a row with more than L command
+      tokens, a command token at t = 0 (nothing predicts it) or on padding.
+  """
+  need = ('input_ids', 'attention_mask', 'command_ids', 'advantages', 'old_logprobs')
+  missing = [k for k in need if k not in batch]
+  if missing:
+    raise ValueError(f"learner batch is missing keys {missing}")
+  ids = np.asarray(batch['input_ids'])
+  if ids.ndim != 2:
+    raise ValueError(f"input_ids must be [B, T], got shape {ids.shape}")
+  for k in need + (('positions',) if 'positions' in batch else ()):
+    if np.asarray(batch[k]).shape != ids.shape:
+      raise ValueError(f"batch[{k!r}] must have shape {ids.shape}, got "
+                       f"{np.asarray(batch[k]).shape}")
+  cid = np.asarray(batch['command_ids'])
+  mask = cid > 0
+  if np.any(mask[:, 0]):
+    raise ValueError("a command token at position 0 has no predicting position")
+  if np.any(mask & (np.asarray(batch['attention_mask']) == 0)):
+    raise ValueError("command tokens must not be padding (attention_mask == 0)")
+  per_row = mask.sum(axis=1)
+  if per_row.size and per_row.max() > num_command_tokens:
+    raise ValueError(f"a row holds {per_row.max()} command tokens > num_command_tokens="
+                     f"{num_command_tokens}")
+  b = ids.shape[0]
+  l = int(num_command_tokens)
+  out = {k: np.zeros((b, l), dt) for k, dt in (
+      ('command_positions', np.int32), ('target_ids', np.int32),
+      ('command_ids', np.int32), ('advantages', np.float32),
+      ('old_logprobs', np.float32))}
+  for r in range(b):
+    t = np.flatnonzero(mask[r])
+    n = t.size
+    out['command_positions'][r, :n] = t - 1
+    out['target_ids'][r, :n] = ids[r, t]
+    out['command_ids'][r, :n] = cid[r, t]
+    out['advantages'][r, :n] = np.asarray(batch['advantages'])[r, t]
+    out['old_logprobs'][r, :n] = np.asarray(batch['old_logprobs'])[r, t]
+  out['input_ids'] = ids.astype(np.int32)
+  out['attention_mask'] = np.asarray(batch['attention_mask']).astype(np.int32)
+  if 'positions' in batch:
+    out['positions'] = np.asarray(batch['positions']).astype(np.int32)
+  return out
+
+
+# --------------------------------------------------------------------------- model step
+
+
+def command_logits(model_config, params, batch: Mapping[str, jax.Array]) -> jax.Array:
+  """Policy logits at the command positions only: [B, L, V] float32.
+
+  Runs the Qwen trunk over the full [B, T] sequence (return_hidden=True), gathers the
+  hidden states at batch['command_positions'] [B, L], and projects only those with
+  `lm_head_logits`, so no [B, T, V] array is ever formed.
+  """
+  hidden = qwen.Qwen(model_config).apply(
+      {'params': params}, batch['input_ids'], positions=batch.get('positions'),
+      attention_mask=batch['attention_mask'], return_hidden=True)
+  hidden = gather_positions(hidden, batch['command_positions'])
+  return qwen.lm_head_logits(model_config, params, hidden)
+
+
+@functools.partial(jax.jit, static_argnames=(
+    'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
+    'max_log_ratio'))
+def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
+                        clip_epsilon: float = DEFAULT_CLIP_EPSILON,
+                        kl_beta: float = DEFAULT_KL_BETA,
+                        kl_estimator: str = 'exact', temperature: float = 1.0,
+                        max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+  """Jitted GRPO loss and gradient for one (micro-)batch (Eq. 11 through the model).
+
+  Policy forward over [B, T] -> hidden states gathered at command_positions ->
+  lm_head at those [B, L] positions only -> grpo_loss_from_logits; the reference policy
+  (ref_params, constants) likewise when kl_beta != 0.
+
+  Args:
+    params: policy parameters θ (the parameter tree of vermem_jax.models.qwen).
+    ref_params: reference parameters θ_ref (ignored, may be None, when kl_beta == 0).
+    batch: STEP_BATCH_KEYS (+ optional 'positions'); see select_command_tokens.
+    model_config: QwenConfig (static, hashable).
+    clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio: as in
+      grpo_loss_from_logits.
+
+  Returns:
+    ((loss_sum, num_decisions, metrics), grads): grads = ∂ loss_sum / ∂ params, NOT yet
+    divided by the number of decisions; accumulate over micro-batches and divide by the
+    update's total num_decisions once.
+  """
+  missing = [k for k in STEP_BATCH_KEYS if k not in batch]
+  if missing:
+    raise ValueError(f"step batch is missing keys {missing}")
+  ref_logits = None
+  if kl_beta != 0:
+    ref_logits = jax.lax.stop_gradient(
+        command_logits(model_config, ref_params, batch))
+
+  def loss_fn(p):
+    logits = command_logits(model_config, p, batch)
+    loss_sum, num, metrics = grpo_loss_from_logits(
+        logits, ref_logits, batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
+        kl_estimator=kl_estimator, temperature=temperature,
+        max_log_ratio=max_log_ratio)
+    return loss_sum, (num, metrics)
+
+  (loss_sum, (num, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  return (loss_sum, num, metrics), grads
+
+
+@functools.partial(jax.jit, static_argnames=('model_config', 'temperature'))
+def policy_logprobs(params, batch, *, model_config, temperature: float = 1.0):
+  """log π_θ(target_ids) at command positions, [B, L] float32 (0 where command_ids==0).
+
+  Used to recompute old_logprobs with θ_old on the learner instead of taking the
+  sampler's values.
+  """
+  logits = command_logits(model_config, params, batch)
+  lp = token_logprobs_from_logits(logits, batch['target_ids'], temperature=temperature)
+  return jnp.where(batch['command_ids'] > 0, lp, 0.0)
+
+
+@functools.partial(jax.jit, static_argnames=('model_config', 'reduction'))
+def sft_loss_and_grads(params, batch, *, model_config, reduction: str = 'token'):
+  """Jitted SFT command-token NLL and gradient (Eq. 7) with deferred normalization.
+
+  Args:
+    params: policy parameters.
+    batch: input_ids, attention_mask, (positions), command_positions, target_ids,
+      command_ids (select_command_tokens layout; advantages/old_logprobs unused).
+    model_config: QwenConfig (static).
+    reduction: see command_nll_from_logits.
+
+  Returns:
+    ((nll_sum, count, metrics), grads of nll_sum).
+  """
+  def loss_fn(p):
+    logits = command_logits(model_config, p, batch)
+    total, count, metrics = command_nll_from_logits(logits, batch, reduction=reduction)
+    return total, (count, metrics)
+
+  (total, (count, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+  return (total, count, metrics), grads

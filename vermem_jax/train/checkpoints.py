@@ -1,0 +1,470 @@
+"""Orbax checkpoints, one CheckpointManager per phase directory (DESIGN.md).
+
+Layout: `workdir/<phase>/` (`sft`, `phase_a`, `phase_b`, `phase_c`) holds Orbax step
+directories `<step>/` with three items:
+
+- `params` — the policy parameter pytree (StandardSave; restored into a template's
+  shapes/dtypes/shardings, or as plain arrays without one);
+- `train`  — `{'opt_state': ..., 'rng': uint32 key data}` (StandardSave), present when the
+  state has them;
+- `meta`   — JSON: `step`, `running_stats` (the phase's running local statistics, a dict),
+  `data_position` (data-iterator position, any JSON value), `metadata` (free JSON),
+  `selection_metrics` (SFT dev metrics used to pick the best checkpoint), `rng_impl`.
+
+A checkpoint's step is the number of completed updates (RL) or optimizer steps (SFT), so
+resuming from step s continues with update s + 1.
+
+Guarantees:
+- `save` returns only after the checkpoint is committed (`wait_until_finished`). Orbax
+  writes a step into a temporary directory and renames it when complete, so a process
+  killed mid-save leaves only a `<step>.orbax-checkpoint-tmp-*` folder, which is not a
+  step; the previous step stays intact.
+- `restore()` (latest) falls back step by step to the newest restorable checkpoint,
+  logging a warning that names each bad step and its error. Nothing is deleted: when a
+  later save reaches a step number held by an unrestorable checkpoint, that directory is
+  moved to `<phase_dir>/unrestorable/<step>-<UTC time>/` (logged) so Orbax can write the
+  step again. If no checkpoint is restorable, `CheckpointError` lists every error.
+- Retention: the newest `max_to_keep` steps, plus the best step by `selection_metrics`
+  (SFT: dev tool accuracy, ties broken by a lower invalid rate; SPEC §4).
+
+Silent bit flips inside array files are not detected (no checksums); truncated, missing
+or unparsable files are. Moving unrestorable steps aside and the phase-complete marker
+are plain file operations of the calling process (single-host; on multi-host runs only
+process 0 should perform them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import pathlib
+import shutil
+from typing import Any, Callable, Mapping, Sequence
+
+from absl import logging
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
+
+PyTree = Any
+_ITEMS = ('params', 'train', 'meta')
+UNRESTORABLE_DIR = 'unrestorable'
+COMPLETE_MARKER = 'phase_complete.json'
+
+
+class CheckpointError(RuntimeError):
+  """A checkpoint directory cannot be restored from, or a save was refused."""
+
+
+@dataclasses.dataclass
+class TrainState:
+  """Everything a killed run needs to resume exactly.
+
+  Attributes:
+    step: completed updates (RL) / optimizer steps (SFT); the checkpoint's step.
+    params: policy parameter pytree (see models/qwen.py for its layout).
+    opt_state: optax state pytree, or None.
+    rng: a JAX PRNG key (raw uint32 `[2]` from `jax.random.PRNGKey`, or a typed key from
+      `jax.random.key`), or None.
+    running_stats: running local-advantage statistics per operation type (SPEC §6); a
+      JSON-serializable dict (NumPy/JAX scalars and arrays are converted on save).
+    data_position: data-iterator position (JSON value: int, dict, ...).
+    metadata: free JSON metadata (config snapshot, wall time, ...).
+  """
+  step: int
+  params: PyTree
+  opt_state: PyTree = None
+  rng: Any = None
+  running_stats: dict = dataclasses.field(default_factory=dict)
+  data_position: Any = None
+  metadata: dict = dataclasses.field(default_factory=dict)
+
+
+def phase_dir(workdir: str | os.PathLike, phase: str) -> str:
+  """`workdir/<phase>` as an absolute path string (Orbax needs absolute paths)."""
+  return str(pathlib.Path(workdir).expanduser().resolve() / phase)
+
+
+def sft_selection_key(metrics: Mapping[str, float]) -> tuple[float, float]:
+  """SFT checkpoint ranking (SPEC §4): higher dev tool accuracy, then lower invalid rate.
+
+  Args:
+    metrics: with keys 'tool_accuracy' and 'invalid_rate' (fractions in [0, 1]).
+  Returns:
+    A key where larger is better.
+  Raises:
+    KeyError: naming a missing metric.
+  """
+  for name in ('tool_accuracy', 'invalid_rate'):
+    if name not in metrics:
+      raise KeyError(f'selection metrics need {name!r}; got {sorted(metrics)}')
+  return (float(metrics['tool_accuracy']), -float(metrics['invalid_rate']))
+
+
+def _to_json(value: Any, where: str) -> Any:
+  """Converts NumPy/JAX scalars and arrays to JSON values; raises on anything else."""
+  if value is None or isinstance(value, (bool, str)):
+    return value
+  if isinstance(value, (int, float)):
+    return value
+  if isinstance(value, (np.generic,)):
+    return value.item()
+  if isinstance(value, (np.ndarray, jax.Array)):
+    return np.asarray(value).tolist()
+  if isinstance(value, Mapping):
+    out = {}
+    for k, v in value.items():
+      if not isinstance(k, str):
+        raise CheckpointError(f'{where}: JSON keys must be str, got {k!r}')
+      out[k] = _to_json(v, f'{where}.{k}')
+    return out
+  if isinstance(value, (list, tuple)):
+    return [_to_json(v, f'{where}[{i}]') for i, v in enumerate(value)]
+  raise CheckpointError(f'{where}: {type(value).__name__} is not JSON-serializable')
+
+
+def _like(value: Any, template: Any) -> Any:
+  """Casts JSON-restored `value` back to the container/array types of `template`."""
+  if isinstance(template, (np.ndarray, jax.Array)):
+    return np.asarray(value, dtype=np.asarray(template).dtype)
+  if isinstance(template, np.generic):
+    return template.dtype.type(value)
+  if isinstance(template, Mapping) and isinstance(value, Mapping):
+    return {k: _like(v, template[k]) if k in template else v for k, v in value.items()}
+  if isinstance(template, tuple) and isinstance(value, list) and len(template) == len(value):
+    return tuple(_like(v, t) for v, t in zip(value, template))
+  return value
+
+
+def _abstract(tree: PyTree) -> PyTree:
+  return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+
+
+def _rng_to_data(rng: Any) -> tuple[Any, str | None]:
+  if rng is None:
+    return None, None
+  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    return jax.random.key_data(rng), str(jax.random.key_impl(rng))
+  return rng, None
+
+
+class _KeepStep(pp_lib.PreservationPolicy):
+  """Preserves the step returned by a callback (the best SFT step), if any."""
+
+  def __init__(self, get_step: Callable[[], int | None]):
+    self._get_step = get_step
+
+  def should_preserve(self, checkpoints, *, context):
+    keep = self._get_step()
+    return [info.step == keep for info in checkpoints]
+
+
+class PhaseCheckpointManager:
+  """One Orbax CheckpointManager for one phase directory (`workdir/<phase>`).
+
+  Args:
+    directory: the phase directory (created if missing).
+    max_to_keep: newest checkpoints kept (config `checkpoint.max_to_keep`); the best one
+      by `selection_metrics` is kept in addition.
+    best_key: ranks `selection_metrics` (larger is better); default `sft_selection_key`.
+  """
+
+  def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
+               best_key: Callable[[Mapping[str, float]], Any] = sft_selection_key):
+    if max_to_keep < 1:
+      raise ValueError(f'max_to_keep must be >= 1, got {max_to_keep}')
+    self.directory = str(pathlib.Path(directory).expanduser().resolve())
+    os.makedirs(self.directory, exist_ok=True)
+    self._best_key = best_key
+    self._unrestorable: dict[int, str] = {}
+    self._best: tuple[Any, int] | None = None
+    options = ocp.CheckpointManagerOptions(
+        create=True,
+        enable_async_checkpointing=False,
+        preservation_policy=pp_lib.AnyPreservationPolicy([
+            pp_lib.LatestN(n=max_to_keep), _KeepStep(self.best_step)]),
+    )
+    self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                          item_names=_ITEMS)
+    self._scan_best()
+
+  # ----------------------------------------------------------------- queries
+  def all_steps(self) -> list[int]:
+    """Committed step numbers, ascending (temporary, half-written saves excluded)."""
+    return sorted(self._manager.all_steps())
+
+  def latest_step(self) -> int | None:
+    """Newest committed step (it may still be unrestorable), or None."""
+    steps = self.all_steps()
+    return steps[-1] if steps else None
+
+  def best_step(self) -> int | None:
+    """Step with the best `selection_metrics` (None if none was saved with metrics)."""
+    return None if self._best is None else self._best[1]
+
+  def read_meta(self, step: int) -> dict:
+    """The JSON `meta` item of `step` (raises what Orbax raises when it is corrupt)."""
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        meta=ocp.args.JsonRestore()))
+    meta = restored['meta']
+    if not isinstance(meta, dict) or meta.get('step') != step:
+      raise CheckpointError(f'meta of step {step} is malformed: {str(meta)[:200]}')
+    return meta
+
+  def _scan_best(self) -> None:
+    self._best = None
+    for step in self.all_steps():
+      try:
+        metrics = self.read_meta(step).get('selection_metrics')
+      except Exception:  # pylint: disable=broad-except
+        continue  # reported when someone restores it
+      if metrics:
+        self._consider_best(step, metrics)
+
+  def _consider_best(self, step: int, metrics: Mapping[str, float]) -> None:
+    key = self._best_key(metrics)
+    if self._best is None or key > self._best[0]:
+      self._best = (key, step)
+
+  # ----------------------------------------------------------------- save
+  def save(self, state: TrainState, *,
+           selection_metrics: Mapping[str, float] | None = None) -> None:
+    """Writes `state` as step `state.step` and returns once it is committed.
+
+    Args:
+      state: what to save; `running_stats`, `data_position`, `metadata` must be JSON
+        values (NumPy/JAX scalars and arrays are converted).
+      selection_metrics: SFT dev metrics for best-checkpoint selection (SPEC §4).
+    Raises:
+      CheckpointError: the step is not newer than a restorable saved step, or a value is
+        not JSON-serializable, or Orbax refused the save.
+    """
+    step = int(state.step)
+    self._quarantine_from(step)
+    latest = self.latest_step()
+    if latest is not None and step <= latest:
+      raise CheckpointError(
+          f'cannot save step {step} in {self.directory}: step {latest} already exists '
+          '(resume from it with restore(), or use a fresh workdir)')
+    rng_data, rng_impl = _rng_to_data(state.rng)
+    meta = {
+        'step': step,
+        'running_stats': _to_json(state.running_stats, 'running_stats'),
+        'data_position': _to_json(state.data_position, 'data_position'),
+        'metadata': _to_json(state.metadata, 'metadata'),
+        'selection_metrics': _to_json(
+            dict(selection_metrics) if selection_metrics else None, 'selection_metrics'),
+        'rng_impl': rng_impl,
+        'has_opt_state': state.opt_state is not None,
+        'has_rng': rng_data is not None,
+    }
+    items = {'params': ocp.args.StandardSave(state.params),
+             'meta': ocp.args.JsonSave(meta)}
+    train = {}
+    if state.opt_state is not None:
+      train['opt_state'] = state.opt_state
+    if rng_data is not None:
+      train['rng'] = rng_data
+    if train:
+      items['train'] = ocp.args.StandardSave(train)
+    if selection_metrics:
+      self._consider_best(step, selection_metrics)
+    saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    self._manager.wait_until_finished()
+    if not saved or step not in self._manager.all_steps():
+      raise CheckpointError(f'Orbax did not save step {step} in {self.directory}')
+    logging.info('saved checkpoint step %d in %s', step, self.directory)
+
+  def _quarantine_from(self, step: int) -> None:
+    """Moves unrestorable checkpoints at or after `step` aside (never deletes them)."""
+    bad = [s for s in self.all_steps() if s >= step]
+    if not bad or any(s not in self._unrestorable for s in bad):
+      return
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S%f')
+    dest_root = os.path.join(self.directory, UNRESTORABLE_DIR)
+    os.makedirs(dest_root, exist_ok=True)
+    for s in bad:
+      dest = os.path.join(dest_root, f'{s}-{stamp}')
+      shutil.move(os.path.join(self.directory, str(s)), dest)
+      logging.warning('moved unrestorable checkpoint step %d (%s) to %s', s,
+                      self._unrestorable[s], dest)
+    self._manager.reload()
+
+  # ----------------------------------------------------------------- restore
+  def _restore_step(self, step: int, template: TrainState | None) -> TrainState:
+    meta = self.read_meta(step)
+    args = {'meta': ocp.args.JsonRestore(),
+            'params': ocp.args.StandardRestore(
+                None if template is None else _abstract(template.params))}
+    want_train = meta.get('has_opt_state') or meta.get('has_rng')
+    if want_train:
+      train_template = None
+      if template is not None:
+        train_template = {}
+        if meta.get('has_opt_state'):
+          if template.opt_state is None:
+            raise CheckpointError(f'step {step} has an optimizer state but the template '
+                                  'has none')
+          train_template['opt_state'] = _abstract(template.opt_state)
+        if meta.get('has_rng'):
+          if template.rng is None:
+            raise CheckpointError(f'step {step} has an RNG key but the template has none')
+          train_template['rng'] = _abstract(_rng_to_data(template.rng)[0])
+      args['train'] = ocp.args.StandardRestore(train_template)
+    restored = self._manager.restore(step, args=ocp.args.Composite(**args))
+    train = restored['train'] if want_train else {}
+    rng = train.get('rng')
+    if rng is not None and meta.get('rng_impl'):
+      rng = jax.random.wrap_key_data(rng, impl=meta['rng_impl'])
+    running = meta['running_stats']
+    position = meta['data_position']
+    if template is not None:
+      running = _like(running, template.running_stats)
+      position = _like(position, template.data_position)
+    return TrainState(step=step, params=restored['params'],
+                      opt_state=train.get('opt_state'), rng=rng,
+                      running_stats=running, data_position=position,
+                      metadata=meta['metadata'])
+
+  def restore(self, template: TrainState | None = None,
+              step: int | None = None) -> TrainState | None:
+    """Restores a checkpoint into `template`'s structure.
+
+    Args:
+      template: a TrainState whose params/opt_state/rng give the pytree structure,
+        shapes, dtypes and shardings (arrays or jax.ShapeDtypeStruct). Without one,
+        params come back as nested dicts of arrays and the optimizer state loses its
+        NamedTuple types.
+      step: a specific step (no fallback: its failure raises), or None for the newest
+        restorable step, falling back past corrupt ones with a logged warning.
+    Returns:
+      The restored TrainState, or None when the directory has no checkpoint.
+    Raises:
+      CheckpointError: `step` cannot be restored, or no checkpoint is restorable.
+    """
+    if step is not None:
+      try:
+        return self._restore_step(step, template)
+      except Exception as e:  # pylint: disable=broad-except
+        raise CheckpointError(f'cannot restore step {step} from {self.directory}: '
+                              f'{type(e).__name__}: {e}') from e
+    return self._restore_first(sorted(self.all_steps(), reverse=True), template)
+
+  def _restore_first(self, steps: Sequence[int],
+                     template: TrainState | None) -> TrainState | None:
+    if not steps:
+      return None
+    errors = []
+    for s in steps:
+      try:
+        state = self._restore_step(s, template)
+      except Exception as e:  # pylint: disable=broad-except
+        why = f'{type(e).__name__}: {str(e)[:500]}'
+        self._unrestorable[s] = why
+        errors.append(f'step {s}: {why}')
+        logging.warning('checkpoint step %d in %s is unrestorable (%s); falling back to '
+                        'an earlier step', s, self.directory, why)
+        continue
+      if errors:
+        logging.warning('restored checkpoint step %d in %s after skipping %d '
+                        'unrestorable step(s); nothing was deleted', s, self.directory,
+                        len(errors))
+      return state
+    raise CheckpointError(f'no restorable checkpoint in {self.directory}:\n  ' +
+                          '\n  '.join(errors))
+
+  def restore_best(self, template: TrainState | None = None) -> TrainState | None:
+    """The best checkpoint (selection metrics), else the newest; with fallback."""
+    steps = sorted(self.all_steps(), reverse=True)
+    best = self.best_step()
+    if best is not None:
+      steps = [best] + [s for s in steps if s != best]
+    return self._restore_first(steps, template)
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self) -> 'PhaseCheckpointManager':
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+
+def restore_params_only(directory: str | os.PathLike, params_template: PyTree = None,
+                        *, prefer_best: bool = True) -> tuple[PyTree, int]:
+  """Loads only the policy parameters of a phase (π_ref / initial params, SPEC §4).
+
+  The optimizer state is not read (for a 7B policy it is twice the parameters).
+
+  Args:
+    directory: the previous phase's directory (e.g. `workdir/sft` for Phase A).
+    params_template: pytree of arrays or jax.ShapeDtypeStruct (shapes, dtypes,
+      shardings); None returns the stored arrays as nested dicts.
+    prefer_best: take the best step by selection metrics (SFT) when there is one, else
+      the newest; unrestorable steps fall back with a logged warning.
+  Returns:
+    (params, step).
+  Raises:
+    CheckpointError: the directory has no restorable checkpoint.
+  """
+  if not os.path.isdir(directory):
+    raise CheckpointError(f'no checkpoint directory {directory}')
+  abstract = None if params_template is None else _abstract(params_template)
+  mgr = PhaseCheckpointManager(directory, max_to_keep=10**9)
+  try:
+    steps = sorted(mgr.all_steps(), reverse=True)
+    best = mgr.best_step() if prefer_best else None
+    if best is not None:
+      steps = [best] + [s for s in steps if s != best]
+    errors = []
+    for s in steps:
+      try:
+        mgr.read_meta(s)
+        restored = mgr._manager.restore(s, args=ocp.args.Composite(  # pylint: disable=protected-access
+            params=ocp.args.StandardRestore(abstract)))
+      except Exception as e:  # pylint: disable=broad-except
+        errors.append(f'step {s}: {type(e).__name__}: {str(e)[:300]}')
+        logging.warning('params of checkpoint step %d in %s are unrestorable (%s); '
+                        'falling back', s, directory, errors[-1])
+        continue
+      return restored['params'], s
+    raise CheckpointError(f'no restorable checkpoint in {directory}' +
+                          (':\n  ' + '\n  '.join(errors) if errors else ''))
+  finally:
+    mgr.close()
+
+
+def has_checkpoint(directory: str | os.PathLike) -> bool:
+  """Whether `directory` holds at least one committed Orbax step (cheap listing)."""
+  if not os.path.isdir(directory):
+    return False
+  return any(name.isdigit() and
+             os.path.exists(os.path.join(directory, name, '_CHECKPOINT_METADATA'))
+             for name in os.listdir(directory))
+
+
+def mark_phase_complete(directory: str | os.PathLike, step: int,
+                        info: Mapping[str, Any] | None = None) -> None:
+  """Records that a phase finished at `step` (atomic write of `phase_complete.json`)."""
+  path = os.path.join(directory, COMPLETE_MARKER)
+  tmp = path + '.tmp'
+  with open(tmp, 'w') as f:
+    json.dump({'step': int(step), **_to_json(dict(info or {}), 'info')}, f)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+def phase_complete_step(directory: str | os.PathLike) -> int | None:
+  """The step recorded by `mark_phase_complete`, or None (missing/unreadable marker)."""
+  path = os.path.join(directory, COMPLETE_MARKER)
+  try:
+    with open(path) as f:
+      return int(json.load(f)['step'])
+  except (OSError, ValueError, KeyError, TypeError):
+    return None

@@ -1,0 +1,102 @@
+"""Verifier backend running a Flax Qwen checkpoint through the project's sampler.
+
+The frozen verifier of Appendix F.1 served in-process: prompts from `prompts` are
+rendered with the tokenizer's chat template, encoded, and decoded greedily
+(`config.temperature`, 0 by default) by `vermem_jax.models.sampling.generate` in
+batches of `config.batch_size`. Replies are parsed strictly; malformed ones are
+re-asked with the reason appended (which changes the prompt, so greedy decoding can
+answer differently), then the configured fallback applies (`llm.LLMVerifier`).
+
+Weights: `config.checkpoint_path` (an HF folder, `load_hf_checkpoint`) or, when empty,
+random weights of preset `config.model` (default 'tiny') — useful only for tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from vermem_jax import paths
+from vermem_jax.verifiers import base
+from vermem_jax.verifiers import llm
+
+# Preset used with random weights when neither a checkpoint nor a model name is given.
+DEFAULT_PRESET = "tiny"
+
+
+def _truncate_ids(ids: list[int], limit: int) -> list[int]:
+  """Keeps the head (system prompt) and tail (rubric, reply cue) within `limit`."""
+  if len(ids) <= limit:
+    return ids
+  head = limit // 2
+  return ids[:head] + ids[len(ids) - (limit - head):]
+
+
+class LocalModelVerifier(llm.LLMVerifier):
+  """LLM verifier on a local Flax Qwen model (greedy by default).
+
+  Args:
+    config: verifier settings (checkpoint_path / model, tokenizer_path,
+      max_new_tokens, temperature, batch_size, seed, retries, fallback).
+    model_config, params: an already loaded `QwenConfig` and parameter tree, to share
+      weights with the caller; both or neither.
+    tokenizer: an already loaded `Tokenizer`.
+
+  Raises:
+    ValueError: only one of model_config/params given.
+    FileNotFoundError: missing checkpoint or tokenizer folder.
+  """
+
+  def __init__(self, config: base.VerifierConfig, *, model_config: Any = None,
+               params: Any = None, tokenizer: Any = None):
+    super().__init__(config)
+    from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
+    from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
+    if (model_config is None) != (params is None):
+      raise ValueError("LocalModelVerifier: pass both model_config and params, or neither")
+    if model_config is None:
+      if config.checkpoint_path:
+        from vermem_jax.models import hf_io  # pylint: disable=g-import-not-at-top
+        model_config, params = hf_io.load_hf_checkpoint(config.checkpoint_path)
+      else:
+        model_config = qwen.QwenConfig.preset(config.model or DEFAULT_PRESET)
+        params = qwen.init_params(model_config, jax.random.PRNGKey(config.seed))
+    self.model_config = model_config
+    self.params = params
+    self.tokenizer = tokenizer or tokenization.load_tokenizer(
+        config.tokenizer_path or paths.tokenizer_dir())
+    self._rng = jax.random.PRNGKey(config.seed)
+    # Room for the reply inside the model's position range.
+    self._max_prompt_tokens = model_config.max_position_embeddings - config.max_new_tokens
+    if self._max_prompt_tokens < 1:
+      raise ValueError(
+          f"verifier.max_new_tokens={config.max_new_tokens} leaves no room for a prompt "
+          f"within max_position_embeddings={model_config.max_position_embeddings}")
+
+  def _encode(self, messages: list[dict]) -> list[int]:
+    # enable_thinking=False: Qwen3 templates would otherwise open a <think> block,
+    # which the strict parser rejects; other templates ignore the variable.
+    text = self.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, enable_thinking=False)
+    return _truncate_ids(self.tokenizer.encode(text), self._max_prompt_tokens)
+
+  def _complete(self, conversations):
+    from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
+    replies: list[str | llm.BackendError] = []
+    stop = set(self.tokenizer.stop_token_ids)
+    for start in range(0, len(conversations), self.config.batch_size):
+      chunk = conversations[start:start + self.config.batch_size]
+      self._rng, key = jax.random.split(self._rng)
+      out = sampling.generate(
+          self.model_config, self.params, [self._encode(m) for m in chunk], rng=key,
+          max_new_tokens=self.config.max_new_tokens,
+          temperature=self.config.temperature, top_p=1.0,
+          stop_token_ids=tuple(sorted(stop)),
+          pad_token_id=self.tokenizer.pad_token_id)
+      tokens = jax.device_get(out.tokens)
+      lengths = jax.device_get(out.lengths)
+      for row, n in zip(tokens, lengths):
+        ids = [int(t) for t in row[: int(n)] if int(t) not in stop]
+        replies.append(self.tokenizer.decode(ids, skip_special_tokens=True))
+    return replies
