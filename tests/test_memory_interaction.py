@@ -1,0 +1,51 @@
+"""Tests for T_e (vermem_jax/memory/interaction.py; paper Eq. 3)."""
+import pytest
+
+from vermem_jax import memory as mm
+
+W = mm.count_whitespace_tokens
+
+
+def test_appends_action_and_observation_and_builds_context():
+  cfg = mm.ExecutorConfig()
+  s = mm.new_state('t', 'q', W, instruction='inst')
+  s1, cost = mm.interact(s, 'search Leeds', 'Leeds is a city.', W, cfg,
+                         observation_refs=('Leeds#0',), task_state='2 docs left')
+  assert cost == 0.0
+  assert [(h.kind, h.step, h.text) for h in s1.H] == [
+      ('task_action', 0, 'search Leeds'), ('observation', 1, 'Leeds is a city.')]
+  assert s1.step == 1 and s1.task_state == '2 docs left'
+  item = s1.C[-1]
+  assert item.kind == 'observation' and item.text == 'Leeds is a city.'
+  assert item.origin == s1.H[-1].id and item.evidence == ('Leeds#0',)
+  assert item.tokens == 4 and not item.protected
+  assert s1.env_item_id == item.id and s1.C[:1] == s.C
+  # The previous observation stops being the current environment state.
+  s2, _ = mm.interact(s1, None, 'next', W, cfg, protected=True)
+  assert s2.env_item_id == s2.C[-1].id != item.id and s2.C[-1].protected
+  assert len(s2.H) == 3 and s2.step == 2
+
+
+def test_overflowing_observation_stays_in_history_and_costs():
+  cfg = mm.ExecutorConfig(context_budget=6, cost_context_overflow=0.25)
+  s = mm.new_state('t', 'q', W, instruction='a b')
+  s1, cost = mm.interact(s, None, 'one two three', W, cfg)
+  assert cost == 0.0 and s1.context_tokens() == 5
+  s2, cost = mm.interact(s1, 'act', 'four five', W, cfg)
+  assert cost == pytest.approx(0.25)
+  assert s2.C is s1.C and s2.env_item_id is None
+  assert [h.text for h in s2.H[-2:]] == ['act', 'four five']
+  assert s2.context_tokens() <= cfg.context_budget
+  # The overflowed observation can be restored once space is made.
+  s3 = mm.execute(s2, f'Filter(drop_refs=["{s1.env_item_id}"])', cfg, W)
+  assert s3.accepted
+  s4 = mm.execute(s3.state_after, f'SelectEpisode(selected_refs=["{s2.H[-1].id}"])',
+                  cfg, W)
+  assert s4.accepted and s4.state_after.C[-1].text == 'four five'
+
+
+def test_empty_action_and_observation():
+  cfg = mm.ExecutorConfig()
+  s = mm.new_state('t', 'q', W)
+  s1, cost = mm.interact(s, '', None, W, cfg)
+  assert cost == 0.0 and s1.H == () and s1.C == () and s1.step == 1

@@ -1,0 +1,104 @@
+"""BM25 ranking of active LTM entries for Retrieve (SPEC §2 decision: BM25, top-k).
+
+Uses the `bm25s` library (Lucene BM25 variant, k1/b from ExecutorConfig). The index is
+built over the *active* entries only (so IDF reflects what can be retrieved) and cached
+by the exact (id, current content) sequence of those entries, so rollouts that share a
+memory state, or successive Retrieves without an LTM change, reuse it.
+
+`memory` must not import JAX, but `bm25s.selection` imports `jax.lax` (and runs a
+`top_k` on it) at import time when JAX is installed. `_bm25s()` therefore imports bm25s
+lazily, with `jax` masked in `sys.modules` unless the process already imported JAX, so
+bm25s falls back to its NumPy backend; we only use `BM25.index` / `get_scores`.
+
+Tokenization (documents and query): casefolded `\\w+` runs minus bm25s's English stop
+words. Ties are broken by entry order in M (older entry first), so results are
+deterministic. Only entries with a positive score (at least one shared term) return.
+"""
+
+import collections
+import functools
+import re
+import sys
+
+_WORD = re.compile(r'\w+')
+_CACHE_SIZE = 512
+_cache = collections.OrderedDict()
+
+
+@functools.lru_cache(maxsize=1)
+def _bm25s():
+  if 'jax' in sys.modules:
+    import bm25s  # pylint: disable=import-outside-toplevel
+    return bm25s
+  masked = ('jax', 'jax.lax')
+  saved = {name: sys.modules.get(name, _MISSING) for name in masked}
+  try:
+    for name in masked:
+      sys.modules[name] = None  # makes `import jax.lax` raise ImportError
+    import bm25s  # pylint: disable=import-outside-toplevel
+  finally:
+    for name, mod in saved.items():
+      if mod is _MISSING:
+        sys.modules.pop(name, None)
+      else:
+        sys.modules[name] = mod
+  return bm25s
+
+
+_MISSING = object()
+
+
+@functools.lru_cache(maxsize=1)
+def _stopwords():
+  return frozenset(_bm25s().stopwords.STOPWORDS_EN)
+
+
+def tokenize(text):
+  """BM25 terms of `text`: casefolded word runs without English stop words."""
+  return list(_terms(text))
+
+
+@functools.lru_cache(maxsize=65536)
+def _terms(text):
+  stop = _stopwords()
+  return tuple(w for w in _WORD.findall(text.casefold()) if w not in stop)
+
+
+def _index(entries, k1, b):
+  # Entries are immutable: the same objects mean the same texts. The cache value keeps
+  # the entries alive, so their ids cannot be reused while the key exists.
+  key = (k1, b, tuple(map(id, entries)))
+  hit = _cache.get(key)
+  if hit is not None:
+    _cache.move_to_end(key)
+    return hit[1]
+  retriever = _bm25s().BM25(k1=k1, b=b)
+  retriever.index([tokenize(e.content) for e in entries], show_progress=False)
+  _cache[key] = (entries, retriever)
+  if len(_cache) > _CACHE_SIZE:
+    _cache.popitem(last=False)
+  return retriever
+
+
+def rank(entries, query, top_k, k1=1.5, b=0.75):
+  """Top-`top_k` entries for `query`.
+
+  Args:
+    entries: sequence of active `LTMEntry` in M order (deleted ones must be excluded by
+      the caller; this function never sees them).
+    query: query text.
+    top_k: maximum number of results (>= 0).
+    k1, b: BM25 parameters.
+
+  Returns:
+    list of (entry, score) with score > 0, best first, ties by M order.
+  """
+  if not entries or top_k <= 0:
+    return []
+  terms = tokenize(query)
+  if not terms:
+    return []
+  scores = _index(tuple(entries), k1, b).get_scores(terms)
+  order = sorted((i for i in range(len(entries)) if scores[i] > 0),
+                 key=lambda i: (-float(scores[i]), i))
+  return [(entries[i], float(scores[i])) for i in order[:top_k]]

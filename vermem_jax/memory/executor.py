@@ -1,0 +1,540 @@
+"""The checked memory transition s~_t = T_m(s_t, u_t) (paper Eq. 2, Appendix A.2–A.4).
+
+Every command is untrusted text sampled from a language model. `execute` runs all
+checks before any change (tool name, phase subspace, tool budget, arguments, ids,
+ownership, preconditions, source support, leakage, context budget) and then either
+commits exactly the specified transition or rejects:
+
+- rejected: M and C unchanged; the failed command (truncated to
+  `history_command_max_chars`) and its reasons are appended to H as a
+  `rejected_command` event; one `Violation` per violated kind with its cost from
+  `ExecutorConfig` (SPEC §3); `cost` = min(cost_cap, sum).
+- accepted non-null: the transition below; a `memory_decision` event (command and
+  outcome) is appended to H.
+- accepted ∅: the identity, `state_after is state` (no H event; the decision lives in the
+  rollout record). A `Null(...)` with arguments is rejected ('bad_argument').
+
+Transitions and the violation of each failed check:
+
+- Add(content, source_refs): new active entry `m{n}`, version 0, content stripped.
+  Empty content -> bad_argument. No sources -> unsupported_write. Each source must be
+  an id of this task (other namespace -> foreign_ref; unknown / wrong kind ->
+  missing_id) naming an active entry, a C item, or an H event not written by the policy
+  (memory decisions and rejected commands are not sources) -> else unsupported_write.
+  Duplicate (checks.same_text) of an active entry -> unsupported_write. A number, date
+  or time absent from the sources (checks.unsupported_facts, when
+  check_numbers_on_write) -> unsupported_write. Leakage -> leakage.
+- Update(memory_id, new_content, source_refs): appends version k+1 to an *active*
+  entry (deleted / unknown -> missing_id); earlier versions stay. Same checks as Add,
+  plus: needs a source other than the entry itself and a changed text
+  (-> unsupported_write); a duplicate of another active entry -> unsupported_write.
+- Delete(memory_id, reason): soft delete of an active entry (status 'deleted', reason
+  and step recorded; versions kept). Empty reason -> unjustified_delete.
+- Retrieve(query): BM25 over active entries (bm25_index), skipping entries whose
+  current text is already in C as a retrieved item, top `retrieve_top_k` with a
+  positive score; each becomes a 'retrieved' C item (text = entry content, origin =
+  entry id). Empty query -> bad_argument. C over budget -> context_overflow (nothing
+  inserted). No match is an accepted no-op with outcome 'no results'.
+- Filter(drop_refs): removes the C items. Unknown / not in C -> missing_id. The
+  instruction, the current environment item (`state.env_item_id`) and protected items
+  cannot go -> protected_removal. Empty list -> bad_argument.
+- SelectEpisode(selected_refs): copies the text of the referenced H events of this task
+  into C as 'restored' items in history order (origin = event id). Only observation,
+  task_action, tool_output and conclusion events; policy-written events or events
+  already in C -> bad_argument. Over budget -> context_overflow.
+- Summarize(source_refs, summary): replaces the C items by one 'summary' item at the
+  first one's position; originals stay in H. Protected items -> protected_removal; not
+  shorter in tokens than the items it replaces -> bad_argument; an unsupported number,
+  date or time -> unsupported_write; over budget -> context_overflow.
+
+Provenance: sources, evidence, origin and `protected` of new records come from the
+executor's records of the cited ids, never from the command; ids of another task never
+resolve; state text is never parsed as a command. Leakage (checks.leaked): a written
+text (content, new_content, summary, reason) containing a `state.forbidden` string that
+its grounding (cited source texts, the entry's own text for Update/Delete, and q) does
+not contain.
+"""
+
+import dataclasses
+from typing import Optional
+
+from vermem_jax.memory import bm25_index
+from vermem_jax.memory import checks
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import state as st
+from vermem_jax.memory.config import ExecutorConfig  # noqa: F401  pylint: disable=unused-import
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+  """One hard violation of the constraint channel (SPEC §3).
+
+  Attributes:
+    kind: one of config.VIOLATION_KINDS.
+    cost: cost of this violation (from ExecutorConfig).
+    message: what was wrong (names the ids / arguments).
+  """
+  kind: str
+  cost: float
+  message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Transition:
+  """Result of T_m.
+
+  Attributes:
+    state_after: s~_t.
+    accepted: whether the command was committed (∅ included).
+    violations: tuple of Violation (empty when accepted).
+    cost: constraint cost c_{t,k} = min(cost_cap, sum of violation costs).
+    is_tool_call: a known non-null tool was called (accepted or not; counts toward TC).
+    op: op name, or 'Invalid' (commands.INVALID_OP) for text naming no known tool.
+    command: the parsed Command, or None when the text did not parse.
+    message: outcome of an accepted command or the joined rejection reasons.
+  """
+  state_after: st.MemoryState
+  accepted: bool
+  violations: tuple
+  cost: float
+  is_tool_call: bool
+  op: str
+  command: Optional[cmds.Command] = None
+  message: str = ''
+
+
+class _Checks:
+  """Collects violations, one per kind, messages joined."""
+
+  def __init__(self):
+    self.by_kind = {}
+
+  def add(self, kind, message):
+    self.by_kind.setdefault(kind, []).append(message)
+
+  def __bool__(self):
+    return bool(self.by_kind)
+
+
+def _reject(state, config, count_tokens, text, found, op, command, is_tool_call):
+  violations = tuple(
+      Violation(kind, config.cost(kind), '; '.join(msgs))
+      for kind, msgs in found.by_kind.items())
+  cost = min(config.cost_cap, sum(v.cost for v in violations))
+  reason = '; '.join(f'{v.kind}: {v.message}' for v in violations)
+  state, _ = st.add_history(
+      state, st.EV_REJECTED,
+      f'{_clip(text, config)} -> rejected: {_clip(reason, config)}', count_tokens)
+  if is_tool_call:
+    state = state.evolve(tool_calls=state.tool_calls + 1)
+  return Transition(state, False, violations, cost, is_tool_call, op, command, reason)
+
+
+def _clip(text, config):
+  limit = config.history_command_max_chars
+  if len(text) > limit:
+    return text[:limit] + f'... [{len(text) - limit} more characters]'
+  return text
+
+
+def _dedupe(refs):
+  return tuple(dict.fromkeys(refs))
+
+
+def _resolve(state, ref, letters, found):
+  """Record named by `ref` if it has one of `letters` ('m', 'c', 'h'); else None."""
+  p = st.parse_id(ref)
+  if p is None:
+    found.add('missing_id', f'{cmds.shorten(ref)} is not a record id')
+    return None
+  if p[0] != state.ns:
+    found.add('foreign_ref', f'{ref} belongs to another task')
+    return None
+  if p[1] not in letters:
+    found.add('missing_id', f'{ref} is not a valid reference here')
+    return None
+  rec = {'m': state.entry, 'c': state.item, 'h': state.event}[p[1]](ref)
+  if rec is None:
+    where = {'m': 'long-term memory', 'c': 'the active context',
+             'h': 'the history'}[p[1]]
+    found.add('missing_id', f'{ref} is not in {where}')
+  return rec
+
+
+def _source_text(rec):
+  return rec.content if isinstance(rec, st.LTMEntry) else rec.text
+
+
+def _source_evidence(rec):
+  return rec.current.evidence if isinstance(rec, st.LTMEntry) else rec.evidence
+
+
+def _sources(state, refs, found, exclude=None):
+  """Validates write sources; returns the list of records (may be partial)."""
+  recs = []
+  for ref in refs:
+    rec = _resolve(state, ref, 'mch', found)
+    if rec is None:
+      continue
+    if isinstance(rec, st.LTMEntry) and not rec.active:
+      found.add('unsupported_write', f'source {ref} is a deleted entry')
+    elif isinstance(rec, st.HistoryEvent) and rec.kind in st.POLICY_AUTHORED_EVENTS:
+      found.add('unsupported_write',
+                f'source {ref} is a memory decision, not evidence')
+    elif exclude is not None and ref == exclude:
+      continue
+    else:
+      recs.append(rec)
+  return recs
+
+
+def _check_written(state, config, found, text, grounding, check_numbers):
+  if check_numbers:
+    bad = checks.unsupported_facts(text, grounding)
+    if bad:
+      found.add('unsupported_write',
+                f'not supported by the sources: {", ".join(bad)}')
+  leaks = checks.leaked([text], list(grounding) + [state.q], state.forbidden)
+  if leaks:
+    found.add('leakage', f'writes {len(leaks)} forbidden string(s) not present in '
+              'its sources')
+
+
+def _memory_decision(state, count_tokens, command_text, outcome):
+  text = f'{command_text} -> {outcome}'
+  event = st.HistoryEvent(id=st.make_id(state.ns, 'h', len(state.H) + 1),
+                          step=state.step, kind=st.EV_MEMORY_DECISION, text=text,
+                          tokens=count_tokens(text))
+  return state.evolve(H=state.H + (event,), tool_calls=state.tool_calls + 1)
+
+
+def _replace_entry(state, entry):
+  n = st.parse_id(entry.id)[2]
+  m = state.M[:n - 1] + (entry,) + state.M[n:]
+  return state.evolve(M=m)
+
+
+# --- handlers: return (found violations, commit thunk or None) ---------------------
+
+
+def _op_add(state, cmd, config, count_tokens, found):
+  content = cmd.get('content').strip()
+  refs = _dedupe(cmd.get('source_refs'))
+  if not content:
+    found.add('bad_argument', 'content is empty')
+  if not refs:
+    found.add('unsupported_write', 'no source_refs given')
+  recs = _sources(state, refs, found)
+  if refs and not recs and not found:
+    found.add('unsupported_write', 'no valid source')
+  if found:
+    return None
+  dup = _duplicate_of(state, content)
+  if dup is not None:
+    found.add('unsupported_write', f'duplicates active entry {dup} (use Update or ∅)')
+    return None
+  grounding = [_source_text(r) for r in recs]
+  _check_written(state, config, found, content, grounding,
+                 config.check_numbers_on_write)
+  if found:
+    return None
+
+  def commit():
+    entry_id = st.make_id(state.ns, 'm', len(state.M) + 1)
+    version = st.LTMVersion(
+        version=0, content=content, source_refs=refs,
+        evidence=st.union_refs(*(_source_evidence(r) for r in recs)),
+        step=state.step, tokens=count_tokens(content))
+    s = state.evolve(M=state.M + (st.LTMEntry(entry_id, (version,)),))
+    return s, f'created {entry_id}'
+  return commit
+
+
+def _duplicate_of(state, content):
+  """Id of an active entry whose text equals `content` (checks.same_text), or None."""
+  norm = checks.normalize_entry(content)
+  for e in state.M:
+    if (e.status == st.ACTIVE and
+        checks.normalize_entry(e.versions[-1].content) == norm):
+      return e.id
+  return None
+
+
+def _active_entry(state, ref, found):
+  entry = _resolve(state, ref, 'm', found)
+  if entry is not None and not entry.active:
+    found.add('missing_id', f'{ref} is deleted (no active entry)')
+    return None
+  return entry
+
+
+def _op_update(state, cmd, config, count_tokens, found):
+  entry = _active_entry(state, cmd.get('memory_id'), found)
+  content = cmd.get('new_content').strip()
+  refs = _dedupe(cmd.get('source_refs'))
+  if not content:
+    found.add('bad_argument', 'new_content is empty')
+  if not refs:
+    found.add('unsupported_write', 'no source_refs given')
+  recs = _sources(state, refs, found,
+                  exclude=entry.id if entry is not None else None)
+  if refs and not recs and not found:
+    found.add('unsupported_write', 'no valid source other than the entry itself')
+  if found:
+    return None
+  if checks.same_text(entry.content, content):
+    found.add('unsupported_write', 'new_content does not change the entry (use ∅)')
+    return None
+  dup = _duplicate_of(state, content)
+  if dup is not None:
+    found.add('unsupported_write', f'duplicates active entry {dup}')
+    return None
+  grounding = [_source_text(r) for r in recs] + [entry.content]
+  _check_written(state, config, found, content, grounding,
+                 config.check_numbers_on_write)
+  if found:
+    return None
+
+  def commit():
+    k = len(entry.versions)
+    version = st.LTMVersion(
+        version=k, content=content, source_refs=refs,
+        evidence=st.union_refs(*(_source_evidence(r) for r in recs)),
+        step=state.step, tokens=count_tokens(content))
+    new = st.LTMEntry(entry.id, entry.versions + (version,), entry.status,
+                      entry.deletion_reason, entry.deleted_step)
+    return _replace_entry(state, new), f'{entry.id} now at version {k}'
+  return commit
+
+
+def _op_delete(state, cmd, config, count_tokens, found):
+  del count_tokens
+  entry = _active_entry(state, cmd.get('memory_id'), found)
+  reason = cmd.get('reason').strip()
+  if not reason:
+    found.add('unjustified_delete', 'reason is empty')
+  if found:
+    return None
+  _check_written(state, config, found, reason, [entry.content], False)
+  if found:
+    return None
+
+  def commit():
+    new = st.LTMEntry(entry.id, entry.versions, st.DELETED, reason, state.step)
+    return _replace_entry(state, new), f'{entry.id} deleted'
+  return commit
+
+
+def _check_budget(state, config, found, added, removed=0):
+  total = state.context_tokens() - removed + added
+  if total > config.context_budget:
+    found.add('context_overflow', f'context would hold {total} tokens; the budget is '
+              f'{config.context_budget}')
+
+
+def _new_items(state, specs, count_tokens):
+  """Builds C items from (kind, text, refs, evidence, origin, tokens) specs."""
+  items = []
+  n = state.next_c
+  for kind, text, refs, evidence, origin, tokens in specs:
+    items.append(st.ContextItem(
+        id=st.make_id(state.ns, 'c', n), kind=kind, text=text, source_refs=refs,
+        evidence=evidence, protected=False, origin=origin,
+        tokens=count_tokens(text) if tokens is None else tokens))
+    n += 1
+  return items, n
+
+
+def _op_retrieve(state, cmd, config, count_tokens, found):
+  query = cmd.get('query').strip()
+  if not query:
+    found.add('bad_argument', 'query is empty')
+    return None
+  present = {(it.origin, it.text) for it in state.C if it.kind == st.RETRIEVED}
+  candidates = tuple(e for e in state.M if e.status == st.ACTIVE and
+                     (e.id, e.versions[-1].content) not in present)
+  ranked = bm25_index.rank(candidates, query, config.retrieve_top_k,
+                           config.bm25_k1, config.bm25_b)
+  entries = [e for e, _ in ranked]
+  _check_budget(state, config, found, sum(e.current.tokens for e in entries))
+  if found:
+    return None
+
+  def commit():
+    if not entries:
+      return state, 'no results'
+    items, n = _new_items(state, [
+        (st.RETRIEVED, e.content, (e.id,), e.current.evidence, e.id,
+         e.current.tokens) for e in entries], count_tokens)
+    s = state.evolve(C=state.C + tuple(items), next_c=n)
+    return s, 'added ' + ', '.join(f'{it.id} (from {it.origin})' for it in items)
+  return commit
+
+
+def _undroppable(state, item):
+  return item.protected or item.kind == st.INSTRUCTION or item.id == state.env_item_id
+
+
+def _context_refs(state, refs, name, found):
+  if not refs:
+    found.add('bad_argument', f'{name} is empty')
+  items = []
+  for ref in refs:
+    it = _resolve(state, ref, 'c', found)
+    if it is None:
+      continue
+    if _undroppable(state, it):
+      found.add('protected_removal', f'{ref} is protected ({it.kind})')
+    items.append(it)
+  return items
+
+
+def _op_filter(state, cmd, config, count_tokens, found):
+  del config, count_tokens
+  refs = _dedupe(cmd.get('drop_refs'))
+  _context_refs(state, refs, 'drop_refs', found)
+  if found:
+    return None
+
+  def commit():
+    drop = set(refs)
+    c = tuple(it for it in state.C if it.id not in drop)
+    return state.evolve(C=c), 'dropped ' + ', '.join(refs)
+  return commit
+
+
+_RESTORABLE = (st.EV_OBSERVATION, st.EV_TASK_ACTION, st.EV_TOOL_OUTPUT,
+               st.EV_CONCLUSION)
+
+
+def _op_select_episode(state, cmd, config, count_tokens, found):
+  refs = _dedupe(cmd.get('selected_refs'))
+  if not refs:
+    found.add('bad_argument', 'selected_refs is empty')
+  in_c = {it.origin for it in state.C}
+  events = []
+  for ref in refs:
+    ev = _resolve(state, ref, 'h', found)
+    if ev is None:
+      continue
+    if ev.kind not in _RESTORABLE:
+      found.add('bad_argument', f'{ref} is a {ev.kind} event, which is not restorable')
+    elif ev.id in in_c:
+      found.add('bad_argument', f'{ref} is already in the active context')
+    else:
+      events.append(ev)
+  if found:
+    return None
+  events.sort(key=lambda e: st.parse_id(e.id)[2])
+  _check_budget(state, config, found, sum(e.tokens for e in events))
+  if found:
+    return None
+
+  def commit():
+    items, n = _new_items(state, [
+        (st.RESTORED, e.text, (e.id,), e.evidence, e.id, e.tokens) for e in events],
+                          count_tokens)
+    s = state.evolve(C=state.C + tuple(items), next_c=n)
+    return s, 'restored ' + ', '.join(f'{it.id} (from {it.origin})' for it in items)
+  return commit
+
+
+def _op_summarize(state, cmd, config, count_tokens, found):
+  refs = _dedupe(cmd.get('source_refs'))
+  summary = cmd.get('summary').strip()
+  items = _context_refs(state, refs, 'source_refs', found)
+  if not summary:
+    found.add('bad_argument', 'summary is empty')
+  if found:
+    return None
+  before = sum(it.tokens for it in items)
+  tokens = count_tokens(summary)
+  if tokens >= before:
+    found.add('bad_argument', f'summary has {tokens} tokens, not fewer than the '
+              f'{before} it replaces')
+  texts = [it.text for it in items]
+  _check_written(state, config, found, summary, texts, True)
+  _check_budget(state, config, found, tokens, removed=before)
+  if found:
+    return None
+
+  def commit():
+    ids = set(refs)
+    ordered = tuple(it.id for it in state.C if it.id in ids)
+    item = st.ContextItem(
+        id=st.make_id(state.ns, 'c', state.next_c), kind=st.SUMMARY, text=summary,
+        source_refs=ordered, evidence=st.union_refs(*(it.evidence for it in items)),
+        protected=False, origin=None, tokens=tokens)
+    c = []
+    for it in state.C:
+      if it.id in ids:
+        if it.id == ordered[0]:
+          c.append(item)
+      else:
+        c.append(it)
+    s = state.evolve(C=tuple(c), next_c=state.next_c + 1)
+    return s, f'{item.id} replaces ' + ', '.join(ordered)
+  return commit
+
+
+_HANDLERS = {
+    cmds.ADD: _op_add, cmds.UPDATE: _op_update, cmds.DELETE: _op_delete,
+    cmds.RETRIEVE: _op_retrieve, cmds.FILTER: _op_filter,
+    cmds.SELECT_EPISODE: _op_select_episode, cmds.SUMMARIZE: _op_summarize,
+}
+
+
+def execute(state, command, config, count_tokens):
+  """Applies memory command u_t to s_t under the checks of SPEC §2–3 (T_m, Eq. 2).
+
+  Args:
+    state: s_t (MemoryState).
+    command: the generated text (parsed with `parse_command`) or a `Command`.
+    config: ExecutorConfig (phase subspace, budgets, costs).
+    count_tokens: `str -> int` token counter of the backbone tokenizer (tokens).
+
+  Returns:
+    Transition(state_after=s~_t, accepted, violations, cost, is_tool_call, op,
+    command, message). Never raises on any command text.
+  """
+  found = _Checks()
+  if isinstance(command, cmds.Command):
+    cmd = command
+    try:
+      text = cmds.format_command(cmd)
+    except (TypeError, AttributeError, ValueError):  # hand-built with odd values
+      text = repr(cmd)
+  else:
+    text = command if isinstance(command, str) else repr(command)
+    cmd = cmds.parse_command(command, config.max_command_chars)
+    if isinstance(cmd, cmds.ParseError):
+      found.add(cmd.kind, cmd.message)
+      return _reject(state, config, count_tokens, text, found,
+                     cmd.op or cmds.INVALID_OP, None, False)
+  op = cmd.op
+  if op not in cmds.SCHEMAS:
+    found.add('unknown_tool', f'unknown tool {cmds.shorten(op)}')
+    return _reject(state, config, count_tokens, text, found, cmds.INVALID_OP, cmd,
+                   False)
+  is_tool = op != cmds.NULL
+  if op not in config.ops:
+    found.add('op_not_allowed', f'{op} is not allowed in this phase (allowed: '
+              f'{", ".join(config.ops)})')
+    return _reject(state, config, count_tokens, text, found, op, cmd, is_tool)
+  problems = cmds.schema_problems(cmd)
+  if problems:
+    for p in problems:
+      found.add('bad_argument', p)
+    return _reject(state, config, count_tokens, text, found, op, cmd, is_tool)
+  if not is_tool:
+    return Transition(state, True, (), 0.0, False, op, cmd, 'no change')
+  if config.max_tool_calls and state.tool_calls >= config.max_tool_calls:
+    found.add('budget_exceeded', f'tool budget of {config.max_tool_calls} calls is '
+              'spent')
+    return _reject(state, config, count_tokens, text, found, op, cmd, is_tool)
+  commit = _HANDLERS[op](state, cmd, config, count_tokens, found)
+  if commit is None:
+    return _reject(state, config, count_tokens, text, found, op, cmd, is_tool)
+  new_state, outcome = commit()
+  new_state = _memory_decision(new_state, count_tokens, text, outcome)
+  return Transition(new_state, True, (), 0.0, True, op, cmd, outcome)

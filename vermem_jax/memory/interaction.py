@@ -1,0 +1,56 @@
+"""The interaction transition s_{t+1} = T_e(s~_t, b_t, z_{t+1}) (paper Eq. 3, A.1).
+
+`interact` appends the task action b_t (step t) and the observation z_{t+1} (step t+1)
+to H, then adds the observation to C as an 'observation' item that becomes the current
+environment state (`env_item_id`, which Filter and Summarize may not remove). When the
+observation does not fit C's token budget it stays in H only, no C item holds the
+current environment state, and the overflow cost (`cost_context_overflow`, SPEC §3) is
+returned so the episode loop charges it to the last memory decision (F.5: terminal and
+interaction budget violations attach to the preceding decision; the caller caps the
+decision's total at `cost_cap`).
+"""
+
+
+from vermem_jax.memory import state as st
+
+
+def interact(state, task_action, observation, count_tokens, config, *,
+             observation_refs=(), task_state=None, protected=False):
+  """T_e: records b_t and z_{t+1} and builds the next active context.
+
+  Args:
+    state: s~_t (after the memory transition).
+    task_action: task solver action b_t (str; '' or None records nothing).
+    observation: environment observation z_{t+1} (str; '' or None adds nothing).
+    count_tokens: `str -> int` counter (tokens of the backbone tokenizer).
+    config: ExecutorConfig (context_budget, cost_context_overflow).
+    observation_refs: evidence-unit ids of the observation (environment provenance,
+      e.g. HotpotQA `"{title}#{sent_id}"`); become its source_refs and evidence.
+    task_state: new current environment state text (None keeps the old one).
+    protected: mark the observation's C item as protected evidence (trusted caller).
+
+  Returns:
+    (s_{t+1}, overflow_cost): overflow_cost is 0.0, or cost_context_overflow when the
+    observation could not enter C.
+  """
+  refs = tuple(observation_refs)
+  t = state.step
+  if task_action:
+    state, _ = st.add_history(state, st.EV_TASK_ACTION, str(task_action),
+                              count_tokens, step=t)
+  state = state.evolve(step=t + 1)
+  if task_state is not None:
+    state = st.set_task_state(state, task_state)
+  if not observation:
+    return state, 0.0
+  state, event_id = st.add_history(state, st.EV_OBSERVATION, str(observation),
+                                   count_tokens, source_refs=refs, step=t + 1)
+  tokens = state.H[-1].tokens
+  if state.context_tokens() + tokens > config.context_budget:
+    return state.evolve(env_item_id=None), config.cost_context_overflow
+  item = st.ContextItem(
+      id=st.make_id(state.ns, 'c', state.next_c), kind=st.OBSERVATION,
+      text=state.H[-1].text, source_refs=refs, evidence=state.H[-1].evidence,
+      protected=bool(protected), origin=event_id, tokens=tokens)
+  return state.evolve(C=state.C + (item,), next_c=state.next_c + 1,
+                             env_item_id=item.id), 0.0
