@@ -1,0 +1,279 @@
+"""Tests for vermem_jax.envs.scenarios (Phase A/B/C episode construction, SPEC §4)."""
+import collections
+import dataclasses
+import json
+import random
+import re
+
+import pytest
+
+from vermem_jax.envs import environment as env
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import scenarios as sc
+from vermem_jax.envs import task_solvers as ts
+from vermem_jax.eval import hotpotqa_metrics
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import state as mstate
+from vermem_jax.memory.token_count import count_whitespace_tokens as count
+
+CFG = sc.ScenarioConfig()
+
+
+@pytest.fixture(scope='module')
+def pools(hotpotqa_dir):
+  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  return hotpotqa.split_train_pools(examples)
+
+
+def _views(examples):
+  return {ex.id: sc.build_view(ex, count) for ex in examples}
+
+
+def test_every_construction_example_builds_valid_initial_states(pools):
+  """Each phase builds an episode for every construction-pool example; s_0 passes the
+  structural checks and the reference command is accepted by the executor."""
+  construction, _ = pools
+  built = collections.Counter()
+  for i, ex in enumerate(construction):
+    view = sc.build_view(ex, count)
+    for phase in sc.PHASES:
+      fams = sc.FAMILIES[phase]
+      spec = None
+      for k in range(len(fams)):  # round-robin family; the next one if inapplicable
+        fam = fams[(i + k) % len(fams)]
+        spec = sc.build_episode(ex, phase, fam, count_tokens=count, config=CFG,
+                                view=view)
+        if spec is not None:
+          break
+      assert spec is not None, (ex.id, phase)
+      built[(phase, spec.family)] += 1
+      s0 = spec.initial_state
+      assert sc.validate_initial_state(s0, count, CFG.context_budget, example=ex) == []
+      assert s0.context_tokens() <= CFG.context_budget
+      assert s0.q == ex.question and s0.task_id == ex.id
+      assert s0.C[0].kind == mstate.INSTRUCTION and s0.C[0].protected
+      tr = mexec.execute(s0, spec.reference_command,
+                         mexec.ExecutorConfig(phase=phase), count)
+      assert tr.accepted, (ex.id, phase, spec.family, tr.message)
+      assert tr.op in cmds.PHASE_OPS[phase]
+      # The delayed query is the last observation and reachable in the rollout limit.
+      assert spec.observations[-1].text.endswith(ex.question)
+      assert spec.max_decisions == len(spec.observations) + 1
+      assert spec.delayed_query.observation_index == len(spec.observations) - 1
+      for ob in spec.observations[:-1]:
+        assert ob.source_refs and set(ob.source_refs) <= {
+            u.id for u in hotpotqa.evidence_units(ex)}
+  for phase in sc.PHASES:  # round-robin reached every family
+    assert {f for p, f in built if p == phase} == set(sc.FAMILIES[phase])
+
+
+def test_phase_c_needs_ltm_and_stm_operation(pools):
+  construction, _ = pools
+  views = _views(construction[:150])
+  for ex in construction[:150]:
+    for fam in sc.FAMILIES['C']:
+      spec = sc.build_episode(ex, 'C', fam, count_tokens=count, config=CFG,
+                              view=views[ex.id])
+      if spec is None:
+        continue
+      needs = set(sc.needs_of(spec, views[ex.id]))
+      assert needs & set(cmds.LTM_OPS), (ex.id, fam, needs)
+      assert needs & set(cmds.STM_OPS), (ex.id, fam, needs)
+
+
+def test_family_needs_match_their_operation(pools):
+  """Each family's defining op is a need recomputed from the state (not metadata)."""
+  construction, _ = pools
+  expect = {('A', 'add'): 'Add', ('A', 'update'): 'Update', ('A', 'delete'): 'Delete',
+            ('B', 'retrieve'): 'Retrieve', ('B', 'filter'): 'Filter',
+            ('B', 'select_episode'): 'SelectEpisode', ('B', 'summarize'): 'Summarize'}
+  for ex in construction[:60]:
+    view = sc.build_view(ex, count)
+    for (phase, fam), op in expect.items():
+      spec = sc.build_episode(ex, phase, fam, count_tokens=count, config=CFG,
+                              view=view)
+      if spec is not None:
+        assert op in sc.needs_of(spec, view), (ex.id, phase, fam)
+    null_b = sc.build_episode(ex, 'B', 'null', count_tokens=count, config=CFG,
+                              view=view)
+    assert sc.needs_of(null_b, view) == ()  # nothing to do: ∅ is right
+
+
+def test_phase_b_recovery_evidence_only_in_history(pools):
+  construction, _ = pools
+  for ex in construction[:80]:
+    view = sc.build_view(ex, count)
+    spec = sc.build_episode(ex, 'B', 'select_episode', count_tokens=count, config=CFG,
+                            view=view)
+    s0 = spec.initial_state
+    sup = set(hotpotqa.supporting_unit_ids(ex))
+    in_c = set().union(*(it.evidence for it in s0.C))
+    in_m = set().union(*(e.current.evidence for e in s0.M))
+    gold_events = [i for i, h in enumerate(s0.H) if set(h.evidence) & sup]
+    assert spec.is_recovery and gold_events
+    assert not (in_c | in_m) & sup
+    # Related distractors are more recent than every gold event, and are in C.
+    later = [h for h in s0.H[max(gold_events) + 1:] if h.kind == 'observation']
+    assert later and all(not set(h.evidence) & sup for h in later)
+    assert all(h.id in {it.origin for it in s0.C} for h in later)
+    # M_0 holds distractor entries, so Retrieve cannot bring the evidence.
+    assert s0.M and all(not set(e.current.evidence) & sup for e in s0.M)
+
+
+def _scripted(specs):
+  scripts = {json.dumps(s.initial_state.q, ensure_ascii=False): [s.reference_command]
+             for s in specs}
+
+  def policy(xs):
+    out = []
+    for x in xs:
+      (q,) = [q for q in scripts if q in x]
+      out.append(scripts[q].pop(0) if scripts[q] else '∅')
+    return out
+  return policy
+
+
+def test_recovery_scripted_policy_answers_null_policy_does_not(pools):
+  construction, _ = pools
+  specs = [s for s in sc.build_episodes(construction, 'B', count_tokens=count,
+                                        config=CFG, num=40) if s.is_recovery]
+  assert len(specs) >= 4
+  oracle = ts.OracleEvidenceReader.from_examples(construction)
+  cfg = mexec.ExecutorConfig()
+  results = env.run_episodes(specs, _scripted(specs), oracle, count_tokens=count,
+                             executor_config=cfg)
+  for res in results:
+    ex = res.spec.example
+    r_task = 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
+                    + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+    assert res.decisions[0].op == 'SelectEpisode' and res.decisions[0].accepted
+    assert r_task == 1.0 and res.terminated_by == 'answer'
+  nulls = env.run_episodes(specs, lambda xs: ['∅'] * len(xs), oracle,
+                           count_tokens=count, executor_config=cfg)
+  for res in nulls:
+    assert res.final_answer is None and res.terminated_by == 'env_end'
+
+
+_CURRENT = re.compile(r'current environment item (\S+);')
+
+
+def add_current_observation(xs):
+  """Scripted Phase A policy: Add the current environment item's text (from x_t)."""
+  out = []
+  for x in xs:
+    m = _CURRENT.search(x)
+    cid = m.group(1) if m else 'none'
+    line = re.search(r'^\[' + re.escape(cid) + r' observation\] (".*")$', x, re.M)
+    if line is None:
+      out.append('∅')
+      continue
+    text = json.loads(line.group(1))
+    out.append(cmds.format_command(cmds.Command(
+        cmds.ADD, {'content': text, 'source_refs': [cid]})))
+  return out
+
+
+def test_phase_a_delayed_query_reads_ltm(pools):
+  """Phase A: the solver is first asked after the delayed query and reads the active
+  LTM; storing every revealed sentence gets the answer, ∅ throughout does not."""
+  construction, _ = pools
+  specs = [s for s in sc.build_episodes(construction, 'A', count_tokens=count,
+                                        config=CFG, num=24) if s.family == 'add']
+  assert len(specs) >= 3
+  oracle = ts.OracleEvidenceReader.from_examples([s.example for s in specs])
+  cfg = mexec.ExecutorConfig(phase='A')
+  for s in specs:
+    assert s.answer_context == env.SOLVER_READS_LTM
+    assert s.answer_from == len(s.observations)
+    assert s.delayed_query.context_source == 'ltm'
+  results = env.run_episodes(specs, add_current_observation, oracle,
+                             count_tokens=count, executor_config=cfg)
+  for s, res in zip(specs, results):
+    sup = set(hotpotqa.supporting_unit_ids(s.example))
+    revealed = set(s.initial_state.C[-1].evidence).union(
+        *(ob.source_refs for ob in s.observations))
+    assert sup <= revealed  # the rollout limit kept every fact in the schedule
+    assert res.final_answer == s.example.answer, s.episode_id
+    assert res.task_steps == 1  # asked once, after the query
+  nulls = env.run_episodes(specs, lambda xs: ['∅'] * len(xs), oracle,
+                           count_tokens=count, executor_config=cfg)
+  assert all(r.final_answer is None for r in nulls)
+
+
+def test_families_sampled_uniformly_and_deterministic(pools):
+  construction, dev = pools
+  specs = sc.build_episodes(construction, 'B', count_tokens=count, config=CFG,
+                            num=250)
+  fams = collections.Counter(s.family for s in specs)
+  assert set(fams) == set(sc.FAMILIES['B'])
+  assert all(30 <= n <= 70 for n in fams.values()), fams  # 50 expected each
+  again = sc.build_episodes(construction, 'B', count_tokens=count, config=CFG,
+                            num=250)
+  assert [s.episode_id for s in again] == [s.episode_id for s in specs]
+  assert [s.initial_state.to_json() for s in again] == [
+      s.initial_state.to_json() for s in specs]
+  assert [s.observations for s in again] == [s.observations for s in specs]
+  other = sc.build_episodes(construction, 'B', count_tokens=count,
+                            config=sc.ScenarioConfig(seed=1), num=250)
+  assert [s.episode_id for s in other] != [s.episode_id for s in specs]
+  dev_specs = sc.build_episodes(dev, 'C', count_tokens=count, config=CFG, split='dev',
+                                num=20)
+  dev_ids = {ex.id for ex in dev}
+  assert all(s.example.id in dev_ids and s.split == 'dev' for s in dev_specs)
+
+
+def test_perturb_number_and_partial_hand_cases():
+  rng = random.Random(0)
+  out = sc.perturb_number('Born in 1982 in Denver, aged 3.', rng)
+  assert out != 'Born in 1982 in Denver, aged 3.'
+  year = int(out.split()[2])
+  assert year in (1983, 1984, 1985, 1981, 1980) and out.endswith('Denver, aged 3.')
+  assert sc.perturb_number('No digits here at all.', rng) is None
+  assert sc.truncate_partial('one two three four five six seven') == 'one two three'
+  assert sc.truncate_partial('too short') is None
+
+
+def test_bad_arguments_raise(pools):
+  construction, _ = pools
+  ex = construction[0]
+  with pytest.raises(ValueError, match='phase'):
+    sc.build_episode(ex, 'D', 'add', count_tokens=count)
+  with pytest.raises(ValueError, match='family'):
+    sc.build_episode(ex, 'A', 'retrieve', count_tokens=count)
+  with pytest.raises(ValueError, match='split'):
+    sc.build_episodes(construction, 'A', count_tokens=count, split='test')
+  with pytest.raises(ValueError, match='empty'):
+    sc.build_episodes([], 'A', count_tokens=count, num=1)
+  with pytest.raises(ValueError, match='fill_min'):
+    sc.ScenarioConfig(fill_min=0.9, fill_max=0.5)
+  with pytest.raises(ValueError, match='num_train'):
+    sc.ScenarioConfig(num_train=-1)
+  cfg = sc.ScenarioConfig.from_config({'num_train': 5, 'op_space': 'A',
+                                       'rollout_limit': 6})
+  assert cfg.num_train == 5 and cfg.rollout_limit == 6
+
+
+def test_rollout_limit_trims_distractors_first(pools):
+  construction, _ = pools
+  cfg = sc.ScenarioConfig(rollout_limit=4)
+  for ex in construction[:40]:
+    spec = sc.build_episode(ex, 'A', 'add', count_tokens=count, config=cfg)
+    assert len(spec.observations) + 1 <= 4
+    assert spec.max_decisions == len(spec.observations) + 1
+    sup = set(hotpotqa.supporting_unit_ids(ex))
+    kept = [o for o in spec.observations[:-1]]
+    n_facts = sum(bool(set(o.source_refs) & sup) for o in kept)
+    assert n_facts == len(kept) or n_facts >= 2  # distractors go before facts
+
+
+def test_example_without_resolvable_facts_is_skipped(pools):
+  construction, _ = pools
+  bad = dataclasses.replace(construction[0], id='no-resolvable-facts',
+                            supporting_facts=(('Missing title', 0),))
+  assert sc.build_view(bad, count).facts == ()
+  for phase in sc.PHASES:
+    for fam in sc.FAMILIES[phase]:
+      assert sc.build_episode(bad, phase, fam, count_tokens=count) is None
+  specs = sc.build_episodes([bad] + construction[:5], 'B', count_tokens=count, num=6)
+  assert len(specs) == 6 and all(s.example.id != bad.id for s in specs)
