@@ -1,0 +1,436 @@
+"""Tests of vermem_jax.rl.rollout / rl.policy: K-group collection of one GRPO update.
+
+Real pieces throughout: the Qwen2.5 tokenizer, HotpotQA sample rows, Phase B scenario
+episodes, the executor, the oracle-evidence reader, the heuristic verifier and (for the
+sampled update) a randomly initialised tiny Qwen through the jitted sampler.
+"""
+import copy
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vermem_jax.envs import environment
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import scenarios
+from vermem_jax.envs import task_solvers
+from vermem_jax.memory import ExecutorConfig
+from vermem_jax.models import qwen
+from vermem_jax.models import sampling
+from vermem_jax.rl import advantages as adv
+from vermem_jax.rl import batching
+from vermem_jax.rl import policy as pol
+from vermem_jax.rl import rollout
+from vermem_jax.tokenization import load_tokenizer
+from vermem_jax.train import metrics as tmetrics
+from vermem_jax.verifiers import make_verifier
+
+K = 3
+# Small budgets keep every policy prompt in one 512-token sampler bucket on CPU.
+SMALL_BUDGET, SMALL_LIMIT = 512, 480
+CMD_TOKENS = 6
+
+
+@pytest.fixture(scope="module")
+def tok(qwen25_tokenizer_dir):
+  return load_tokenizer(qwen25_tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def pools(hotpotqa_dir):
+  examples = hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
+  return hotpotqa.split_train_pools(examples)
+
+
+def _family_specs(pool, tok, families, budget, solved_by=None):
+  """One Phase B spec per family, from the first construction examples that fit (and,
+  with a solver, whose reference command alone lets that solver answer at step 0)."""
+  cfg = scenarios.ScenarioConfig(context_budget=budget, rollout_limit=4)
+  specs = []
+  for fam in families:
+    for ex in pool:
+      spec = scenarios.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
+                                     config=cfg)
+      if spec is None:
+        continue
+      if solved_by is not None:
+        (res,) = environment.run_episodes(
+            [spec], lambda xs, s=spec: [s.reference_command], solved_by,
+            count_tokens=tok.count_tokens,
+            executor_config=ExecutorConfig(context_budget=budget,
+                                           policy_input_limit=2 * budget))
+        if res.terminated_by != "answer" or res.num_decisions != 1:
+          continue
+      specs.append(spec)
+      break
+  assert len(specs) == len(families)
+  return specs
+
+
+@pytest.fixture(scope="module")
+def oracle(pools, tok):
+  construction, dev = pools
+  return task_solvers.OracleEvidenceReader.from_examples(construction + dev,
+                                                         tokenizer=tok)
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+  config = qwen.QwenConfig.preset("tiny")
+  return config, qwen.init_params(config, jax.random.PRNGKey(0))
+
+
+class CountingGenerate:
+  """Wraps models.generate, recording the batch size of every call."""
+
+  def __init__(self):
+    self.batches = []
+
+  def __call__(self, *args, **kwargs):
+    self.batches.append(len(args[2]))
+    return sampling.generate(*args, **kwargs)
+
+
+def _collect(specs, policy, tok, oracle, *, seed=0, stats=None, budget=SMALL_BUDGET,
+             limit=SMALL_LIMIT):
+  return rollout.collect_update(
+      specs, policy, oracle, make_verifier({"backend": "heuristic"}),
+      rng=jax.random.PRNGKey(seed), count_tokens=tok.count_tokens,
+      rollouts_per_task=K,
+      running_stats=stats if stats is not None else adv.RunningStats(),
+      executor_config=ExecutorConfig(phase="B", context_budget=budget,
+                                     policy_input_limit=limit),
+      phase="phase_b", update=1)
+
+
+@pytest.fixture(scope="module")
+def sampled(pools, tok, oracle, tiny_model):
+  """A 2-task x 3-rollout Phase B update sampled at temperature 1, top-p 1."""
+  config, params = tiny_model
+  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
+  counter = CountingGenerate()
+  policy = pol.SamplerPolicy(
+      config, params, tok,
+      sampling_config=pol.PolicySamplingConfig(temperature=1.0, top_p=1.0,
+                                               max_command_tokens=CMD_TOKENS),
+      batch_buckets=(len(specs) * K,), generate_fn=counter)
+  result = _collect(specs, policy, tok, oracle)
+  return dict(specs=specs, policy=policy, result=result,
+              generate_batches=list(counter.batches))
+
+
+def test_group_structure(sampled, tok):
+  res, specs = sampled["result"], sampled["specs"]
+  assert len(res.trajectories) == len(specs) * K
+  assert [d.index for d in res.decisions] == list(range(res.num_decisions))
+  covered = []
+  for j, traj in enumerate(res.trajectories):
+    assert (traj.index, traj.task, traj.rollout) == (j, j // K, j % K)
+    decs = res.trajectory_decisions(j)
+    assert len(decs) == traj.result.num_decisions >= 1
+    covered.extend(d.index for d in decs)
+    assert [d.step for d in decs] == list(range(len(decs)))
+    assert all((d.task, d.rollout, d.trajectory) == (traj.task, traj.rollout, j)
+               for d in decs)
+    # Every rollout of task q starts from the one s_0 the generator built for q.
+    assert decs[0].record.state is specs[traj.task].initial_state
+    assert traj.result.spec is specs[traj.task]
+    for d in decs:  # the prompt is the chat template of x_t, token for token
+      assert list(d.prompt_ids) == pol.policy_prompt_ids(tok, d.policy_input)
+      assert 1 <= len(d.command_ids) == len(d.logprobs) <= CMD_TOKENS
+      assert d.record.next_state is not None and d.record.state_after_memory is not None
+  assert covered == list(range(res.num_decisions))
+  # The K rollouts of a task share x_0 (same state) yet are sampled independently.
+  for q in range(len(specs)):
+    firsts = [res.trajectory_decisions(q * K + k)[0] for k in range(K)]
+    assert len({d.policy_input for d in firsts}) == 1
+    assert len({d.command_ids for d in firsts}) == K
+
+
+def test_one_generate_call_per_step(sampled):
+  res, batches = sampled["result"], sampled["generate_batches"]
+  steps = max(t.result.num_decisions for t in res.trajectories)
+  assert steps >= 2  # the check covers more than one step
+  assert len(batches) == steps == res.metrics["rollout/policy_calls"]
+  assert set(batches) == {len(res.trajectories)}  # one padded batch shape
+
+
+def test_logprobs_match_full_forward(sampled, tiny_model):
+  """Sampler logprobs (temperature 1, top-p 1) equal log_softmax of a full forward."""
+  config, params = tiny_model
+  decisions = sampled["result"].decisions[:4]
+  seqs = [list(d.prompt_ids) + list(d.command_ids) for d in decisions]
+  width = max(map(len, seqs))
+  ids = np.zeros((len(seqs), width), np.int32)  # right padding: causal, never attended
+  mask = np.zeros((len(seqs), width), np.int32)
+  for i, seq in enumerate(seqs):
+    ids[i, :len(seq)], mask[i, :len(seq)] = seq, 1
+  hidden = qwen.Qwen(config).apply({"params": params}, jnp.asarray(ids),
+                                   attention_mask=jnp.asarray(mask), return_hidden=True)
+  for i, d in enumerate(decisions):
+    p = len(d.prompt_ids)
+    pos = np.arange(p - 1, p - 1 + len(d.command_ids))  # hidden at j-1 predicts j
+    logits = qwen.lm_head_logits(config, params, hidden[i, pos])
+    ref = jax.nn.log_softmax(logits, axis=-1)[np.arange(len(pos)),
+                                             np.array(d.command_ids)]
+    np.testing.assert_allclose(np.array(d.logprobs), np.asarray(ref), atol=1e-3)
+
+
+def test_advantage_structure(sampled):
+  res = sampled["result"]
+  for d in res.decisions:
+    if not d.accepted:
+      assert d.a_local == 0.0 and d.r_local is None and d.local_scores is None
+    assert d.a_hier == pytest.approx(d.a_local + d.a_global - d.cost, abs=1e-12)
+  for traj in res.trajectories:
+    vals = {d.a_global for d in res.trajectory_decisions(traj.index)}
+    assert vals == {traj.a_global}
+  # A^global is the group-normalized r^global (NumPy reference, SPEC §6).
+  r = np.array([t.rewards.r_global for t in res.trajectories]).reshape(-1, K)
+  sd = np.maximum(r.std(axis=1, keepdims=True), 0.01) + 1e-6
+  ref = np.where(r.max(1, keepdims=True) == r.min(1, keepdims=True), 0.0,
+                 np.clip((r - r.mean(1, keepdims=True)) / sd, -5, 5))
+  np.testing.assert_allclose([t.a_global for t in res.trajectories], ref.ravel())
+
+
+def test_rows_and_learner_inputs(sampled, tmp_path):
+  res = sampled["result"]
+  rows = res.advantage_rows()
+  assert len(rows) == res.num_decisions
+  assert tuple(rows[0]) == tmetrics.ADVANTAGE_COLUMNS == rollout.ADVANTAGE_COLUMNS
+  with tmetrics.AdvantageTable(str(tmp_path), "phase_b") as table:
+    assert table.add_rows(rows) == len(rows)
+  tokens = res.decision_tokens()
+  assert [len(t.command_tokens) for t in tokens] == [r["command_tokens"] for r in rows]
+  batches = batching.micro_batches(tokens, batching.BatchingConfig(micro_batch_size=4))
+  adv_tokens = sum(float((b["advantages"] * b["loss_mask"]).sum()) for b in batches)
+  assert adv_tokens == pytest.approx(sum(d.a_hier * d.command_tokens
+                                         for d in res.decisions), abs=1e-4)
+  assert set(res.timings) == set(rollout.TIMING_KEYS)
+  assert res.timings["sampling"] > 0 and abs(sum(res.profile().values()) - 1) < 1e-6
+
+
+def test_deterministic_under_the_key(sampled, tok, oracle):
+  policy = sampled["policy"]
+  again = _collect(sampled["specs"], policy, tok, oracle, seed=0)
+  first = sampled["result"]
+  key = lambda r: [(d.command_ids, d.logprobs, d.command, d.op, d.cost, d.a_hier)
+                   for d in r.decisions]
+  assert key(again) == key(first)
+  assert ([t.rewards for t in again.trajectories]
+          == [t.rewards for t in first.trajectories])
+  # The key matters: the same step-0 inputs under another key sample other commands.
+  firsts = [first.trajectory_decisions(j)[0] for j in range(len(first.trajectories))]
+  other = policy([d.policy_input for d in firsts], jax.random.PRNGKey(1))
+  assert [o.token_ids for o in other] != [d.command_ids for d in firsts]
+
+
+# ---------------------------------------------------------------- scripted policy
+
+
+class Scripted:
+  """Step 0: rollout 0 issues the task's reference command, 1 issues ∅, 2 an unknown
+  tool; later steps ∅. Inputs arrive in (task, rollout) order at step 0."""
+
+  BAD = 'Frobnicate(x="1")'
+
+  def __init__(self, specs):
+    self.specs = specs
+    self.calls = 0
+
+  def __call__(self, inputs, rng):
+    del rng
+    self.calls += 1
+    if self.calls > 1:
+      return ["∅"] * len(inputs)
+    assert len(inputs) == len(self.specs) * K
+    return [(self.specs[i // K].reference_command, "∅", self.BAD)[i % K]
+            for i in range(len(inputs))]
+
+
+@pytest.fixture(scope="module")
+def scripted(pools, tok, oracle):
+  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), 1024,
+                        solved_by=oracle)
+  stats = adv.RunningStats()
+  stats.init_from({"Null": [0.2, 0.6], "SelectEpisode": [0.5, 0.9],
+                   "Retrieve": [0.4, 0.8]})
+  before = copy.deepcopy(stats)
+  res = _collect(specs, Scripted(specs), tok, oracle, stats=stats, budget=1024,
+                 limit=2048)
+  return dict(specs=specs, result=res, stats=stats, before=before)
+
+
+def test_scripted_rewards_by_hand(scripted):
+  res = scripted["result"]
+  for q, spec in enumerate(scripted["specs"]):
+    good, null, bad = res.trajectories[q * K:(q + 1) * K]
+    # The reference command brings the evidence into C: the oracle answers at once.
+    assert good.terminated_by == "answer" and good.result.num_decisions == 1
+    assert good.rewards.r_task == 1.0 and good.rewards.r_sup == 1.0
+    # ∅ and the rejected command leave the evidence out of C (recovery / retrieve).
+    for t in (null, bad):
+      assert t.final_answer is None and t.rewards.r_task == 0.0
+      assert t.result.num_decisions == 2 and t.rewards.r_eff == 0.0
+    first_bad = res.trajectory_decisions(bad.index)[0]
+    assert first_bad.op == "Invalid" and not first_bad.accepted
+    assert first_bad.violations == ("unknown_tool",) and first_bad.cost == 1.0
+    assert bad.rewards.p_aux == pytest.approx(0.5)  # (1.0 + 0.0) / 2 decisions
+    assert null.rewards.p_aux == 0.0 and good.rewards.p_aux == 0.0
+    assert bad.rewards.m_ans == 0.0 and good.rewards.m_ans == 1.0
+    # Online cost (App. F.3): the good rollout used fewest tokens and task steps and
+    # the only tool call; an unknown tool is not a tool call.
+    assert (good.result.tool_calls, null.result.tool_calls,
+            bad.result.tool_calls) == (1, 0, 0)
+    assert good.result.task_steps == 1 and null.result.task_steps == 2
+    assert good.rewards.cost_task_steps == 0.0 and good.rewards.cost_tokens == 0.0
+    assert good.rewards.cost_tool_calls == 1.0
+    assert good.rewards.c_bar_online == pytest.approx(1 / 3)
+    assert good.rewards.r_eff == pytest.approx(2 / 3)
+    for t in (good, null, bad):
+      r = t.rewards
+      assert r.r_evid == pytest.approx((r.r_sup + r.v_coh) / 2)
+      assert r.r_global == pytest.approx(
+          (r.r_task + r.r_evid + r.v_state + r.r_eff) / 4)
+    assert good.a_global > max(null.a_global, bad.a_global)
+
+
+def test_scripted_local_advantages_use_running_stats(scripted):
+  res, before = scripted["result"], scripted["before"]
+  for d in res.decisions:
+    if not d.accepted:
+      assert d.a_local == 0.0 and d.r_local is None
+      continue
+    mean, std = before.get(d.op)  # < 8 instances of every op: running statistics
+    expect = np.clip((d.r_local - mean) / (max(std, 0.01) + 1e-6), -5, 5)
+    assert d.a_local == pytest.approx(expect)
+  # After use, the batch was folded into the statistics (EMA 0.99).
+  nulls = [d.r_local for d in res.decisions if d.op == "Null"]
+  mean, var = before.get("Null")[0], before.get("Null")[1] ** 2
+  for x in nulls:
+    delta = x - mean
+    mean += 0.01 * delta
+    var = 0.99 * (var + 0.01 * delta * delta)
+  assert scripted["stats"].get("Null")[0] == pytest.approx(mean)
+  assert scripted["stats"].get("Null")[1] == pytest.approx(np.sqrt(var))
+
+
+def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, oracle):
+  seen = {}
+  verifier = make_verifier({"backend": "heuristic"})
+  orig_local, orig_global = verifier.score_local, verifier.score_global
+
+  def local(inputs):
+    seen["local"] = list(inputs)
+    return orig_local(inputs)
+
+  def glob(inputs):
+    seen["global"] = list(inputs)
+    return orig_global(inputs)
+
+  monkeypatch.setattr(verifier, "score_local", local)
+  monkeypatch.setattr(verifier, "score_global", glob)
+  specs = scripted["specs"]
+  res = rollout.collect_update(
+      specs, Scripted(specs), oracle, verifier, rng=jax.random.PRNGKey(0),
+      count_tokens=tok.count_tokens, rollouts_per_task=K,
+      running_stats=adv.RunningStats(),
+      executor_config=ExecutorConfig(phase="B", context_budget=1024,
+                                     policy_input_limit=2048))
+  assert len(seen["local"]) == res.num_decisions  # one batched call for the update
+  assert len(seen["global"]) == len(res.trajectories)
+  for g, t in zip(seen["global"], res.trajectories):
+    ex = t.result.spec.example
+    assert g.reference_answer == ex.answer
+    assert [f.ref for f in g.supporting_facts] == list(
+        hotpotqa.supporting_unit_ids(ex))
+    assert all(f.text for f in g.supporting_facts)
+  for inp in seen["local"]:
+    fields = {f.name for f in dataclasses.fields(inp)}
+    assert not fields & {"reference_answer", "supporting_facts"}
+
+
+# ---------------------------------------------------------------- tasks and dev init
+
+
+def test_select_tasks_is_a_resumable_epoch_walk():
+  pool, per = 5, 2
+  picks = [rollout.select_tasks(pool, u, per, seed=3) for u in range(1, 6)]
+  flat = sum(picks, [])
+  assert sorted(flat[:5]) == list(range(5)) and sorted(flat[5:10]) == list(range(5))
+  assert picks[3] == rollout.select_tasks(pool, 4, per, seed=3)  # no iterator state
+  assert picks != [rollout.select_tasks(pool, u, per, seed=4) for u in range(1, 6)]
+  with pytest.raises(ValueError, match="1-based"):
+    rollout.select_tasks(pool, 0, per, seed=3)
+
+
+def test_init_running_stats_from_dev(pools, tok):
+  dev = pools[1]
+  cfg = scenarios.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
+  specs = scenarios.build_episodes(dev, "B", count_tokens=tok.count_tokens,
+                                   config=cfg, split="dev")
+  base_cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
+  inputs = rollout.dev_inputs_from_episodes(specs, count_tokens=tok.count_tokens,
+                                            executor_config=base_cfg)
+  assert inputs and all(i.accepted for i in inputs)
+  verifier = make_verifier({"backend": "heuristic"})
+  stats, counts = rollout.init_running_stats_from_dev(
+      verifier, inputs, ops=("Retrieve", "Filter", "SelectEpisode", "Summarize",
+                             "Null"), count=2)
+  for op, n in counts.items():
+    chosen = [i for i in inputs if i.op == op][:2]
+    assert n == len(chosen)
+    if not n:
+      assert not stats.is_initialized(op)
+      continue
+    scores = np.array([verifier.score_local_one(i).r_local for i in chosen])
+    assert stats.get(op) == pytest.approx((scores.mean(), scores.std()))
+  assert sum(counts.values()) >= 2
+  with pytest.raises(ValueError, match="unknown op"):
+    rollout.init_running_stats_from_dev(verifier, inputs, ops=("Jump",), count=2)
+
+
+def test_dev_inputs_from_results(scripted):
+  res = scripted["result"]
+  inputs = rollout.dev_inputs_from_results(
+      [t.result for t in res.trajectories],
+      executor_config=ExecutorConfig(context_budget=1024, policy_input_limit=2048))
+  assert len(inputs) == sum(d.accepted for d in res.decisions)
+  ref = [d for d in res.decisions if d.accepted and d.op != "Null"]
+  got = [i for i in inputs if i.op != "Null"]
+  assert [i.command for i in got] == [d.command for d in ref]
+  assert all(i.arguments for i in got)  # re-parsed command arguments
+
+
+def test_dev_inputs_from_sft_records(scripted, tok):
+  from vermem_jax.envs import sft_data  # pylint: disable=import-outside-toplevel
+  cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
+  records = []
+  for spec in scripted["specs"]:
+    for target in (spec.reference_command, "∅", Scripted.BAD):
+      records.append(sft_data.SFTRecord(
+          policy_input="x", target=target, op="?", template="t", is_boundary=False,
+          example_id=spec.example.id, split="dev", phase="B", source="template",
+          state=spec.initial_state))
+  inputs = rollout.dev_inputs_from_sft_records(records, count_tokens=tok.count_tokens,
+                                               executor_config=cfg)
+  # The unknown tool is rejected by the executor and left out.
+  assert [i.op for i in inputs] == ["SelectEpisode", "Null", "Retrieve", "Null"]
+  assert inputs[0].transition.context_added and inputs[1].transition.is_identity
+  stats, counts = rollout.init_running_stats_from_dev(
+      make_verifier({"backend": "heuristic"}), inputs, ops=("Null", "Retrieve"),
+      count=1)
+  assert counts == {"Null": 1, "Retrieve": 1} and not stats.is_initialized(
+      "SelectEpisode")
+  assert stats.count("Null") == 1 and stats.get("Null")[1] == 0.0
+
+
+def test_bound_policy_folds_the_call_index():
+  keys = []
+  bound = rollout.BoundPolicy(lambda xs, rng: keys.append(rng) or list(xs), 7)
+  assert bound(["a"]) == ["a"] and bound(["b"]) == ["b"] and bound.calls == 2
+  base_key = jax.random.PRNGKey(7)
+  for i, k in enumerate(keys):
+    np.testing.assert_array_equal(k, jax.random.fold_in(base_key, i))

@@ -1,0 +1,231 @@
+"""The memory-operation policy π_θ as a batched sampler callable (SPEC §4, App. D.5).
+
+Prompt format (one definition for SFT, rollouts and evaluation)
+----------------------------------------------------------------
+x_t = g(s_t) (memory.render_policy_input) already holds the instruction block, the
+allowed commands and the serialized state, ending in "Command:". The policy prompt is
+the tokenizer's chat template applied to ONE user message whose content is x_t, with
+the generation prompt appended (`policy_messages` / `policy_prompt_ids`). No system
+message of ours is added: the instruction lives in x_t; a template that injects a
+default system turn (Qwen2.5) does so identically in SFT, RL and evaluation. The
+command u_t is the assistant reply; the tokens the learner trains on are the command
+tokens followed by the stop token (`<|im_end|>` for Qwen chat models), so the policy
+learns to end its command. `command_target_ids` builds the same layout for SFT targets.
+
+Token accounting: the prompt is x_t plus the template's few fixed tokens
+(`prompt_overhead_tokens`), so a learner length bucket must cover
+policy_input_limit + prompt_overhead_tokens + max_command_tokens. Prompts are never
+truncated (g(s) is already bounded; cutting a rendered state would corrupt it); a
+prompt longer than `max_prompt_tokens` raises.
+
+Sampling (`SamplerPolicy`)
+--------------------------
+`SamplerPolicy(...)(inputs, rng)` encodes all x_t of the live episodes, pads the batch
+to a fixed size bucket (so the jitted sampler compiles for a bounded set of batch
+sizes), calls `models.generate` ONCE (temperature 0.7 / top-p 0.95 for rollouts,
+greedy for evaluation), and returns one `environment.PolicyOutput` per input with
+the prompt ids, the command token ids (stop token included when generated), their
+sampler logprobs (under the sampling distribution, see models/sampling.py) and the
+command text (decoded without the stop token, surrounding whitespace stripped). Same
+params + same rng + same inputs -> same outputs. Set `policy.params` to θ_old before
+each update's collection (the sampler closes over nothing else).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from vermem_jax.envs import environment
+from vermem_jax.models import qwen
+from vermem_jax.models import sampling
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySamplingConfig:
+  """Policy decoding (config section `sampling`; field names = its keys).
+
+  Attributes:
+    temperature: rollout sampling temperature (SPEC §4: 0.7).
+    top_p: rollout nucleus mass (SPEC §4: 0.95).
+    eval_temperature: evaluation temperature (SPEC §4: 0 = greedy).
+    max_command_tokens: generation limit of one command in tokens (decision; the
+      paper leaves command output limits to the configured protocol).
+  """
+  temperature: float = 0.7  # SPEC §4
+  top_p: float = 0.95  # SPEC §4
+  eval_temperature: float = 0.0  # SPEC §4: evaluation decodes greedily
+  max_command_tokens: int = 256  # decision (experiments/configs/common.py)
+
+  def __post_init__(self):
+    if not self.temperature >= 0 or not self.eval_temperature >= 0:
+      raise ValueError('PolicySamplingConfig: temperatures must be >= 0, got '
+                       f'{self.temperature}, {self.eval_temperature}')
+    if not 0 < self.top_p <= 1:
+      raise ValueError(f'PolicySamplingConfig.top_p must be in (0, 1], got {self.top_p}')
+    if int(self.max_command_tokens) < 1:
+      raise ValueError('PolicySamplingConfig.max_command_tokens must be >= 1, got '
+                       f'{self.max_command_tokens}')
+
+
+def policy_messages(policy_input: str) -> list[dict[str, str]]:
+  """Chat messages of the policy prompt: one user turn holding x_t (module docstring)."""
+  if not isinstance(policy_input, str) or not policy_input:
+    raise ValueError('policy_messages: x_t must be a non-empty string')
+  return [{'role': 'user', 'content': policy_input}]
+
+
+def policy_prompt_text(tokenizer, policy_input: str,
+                       chat_template_kwargs: Optional[Mapping[str, Any]] = None) -> str:
+  """The policy prompt string: chat template of x_t with the generation prompt."""
+  return tokenizer.apply_chat_template(policy_messages(policy_input),
+                                       add_generation_prompt=True,
+                                       **dict(chat_template_kwargs or {}))
+
+
+def policy_prompt_ids(tokenizer, policy_input: str,
+                      chat_template_kwargs: Optional[Mapping[str, Any]] = None
+                      ) -> list[int]:
+  """Token ids [T_in] of the policy prompt for x_t (what SFT and RL condition on)."""
+  return tokenizer.encode(policy_prompt_text(tokenizer, policy_input,
+                                             chat_template_kwargs))
+
+
+def command_target_ids(tokenizer, command_text: str) -> list[int]:
+  """Trainable command tokens [L] for an SFT target: encode(u) + [eos] (Qwen: <|im_end|>).
+
+  The layout equals what `SamplerPolicy` records for a command that stopped normally,
+  so SFT and RL train the same tokens.
+  """
+  return list(tokenizer.encode(command_text)) + [int(tokenizer.eos_token_id)]
+
+
+def prompt_overhead_tokens(tokenizer,
+                           chat_template_kwargs: Optional[Mapping[str, Any]] = None
+                           ) -> int:
+  """Tokens the chat template adds around x_t (measured on a one-word x_t)."""
+  probe = 'x'
+  return len(policy_prompt_ids(tokenizer, probe, chat_template_kwargs)) - len(
+      tokenizer.encode(probe))
+
+
+def _bucket(n: int, buckets: Sequence[int]) -> int:
+  for b in buckets:
+    if n <= b:
+      return int(b)
+  return int(n)  # larger than every bucket: its own shape (a bounded extra compile)
+
+
+class SamplerPolicy:
+  """π_θ(u_t | x_t) backed by the jitted KV-cache sampler (one generate call per step).
+
+  Args:
+    model_config: QwenConfig of the policy.
+    params: policy parameter tree (θ, frozen as θ_old for the update's rollouts).
+    tokenizer: `vermem_jax.tokenization.Tokenizer` (chat template, stop ids).
+    sampling_config: PolicySamplingConfig.
+    greedy: decode with eval_temperature (evaluation) instead of temperature/top_p.
+    batch_buckets: allowed padded batch sizes (sorted); a step with n live episodes
+      runs at the smallest bucket >= n (padding rows repeat the first prompt and are
+      dropped). Default: powers of two. The rollout collector passes
+      (tasks_per_update * K,) so every step of an update has one shape.
+    max_prompt_tokens: a prompt longer than this raises ValueError (None: the model's
+      max_position_embeddings - max_command_tokens).
+    chat_template_kwargs: extra template arguments (Qwen3: enable_thinking=False).
+    generate_fn: the sampler (default `models.sampling.generate`; tests may count
+      calls).
+
+  Call: `policy(inputs: Sequence[str], rng: jax PRNG key) -> list[PolicyOutput]`.
+  Attributes `timings` accumulate seconds spent in 'sampling' (generate, device sync
+  included) and 'tokenization' (template, encode, decode); `num_calls` counts calls.
+  """
+
+  def __init__(self, model_config: qwen.QwenConfig, params: Any, tokenizer, *,
+               sampling_config: PolicySamplingConfig = PolicySamplingConfig(),
+               greedy: bool = False,
+               batch_buckets: Optional[Sequence[int]] = None,
+               max_prompt_tokens: Optional[int] = None,
+               chat_template_kwargs: Optional[Mapping[str, Any]] = None,
+               generate_fn: Optional[Callable[..., sampling.GenerationOutput]] = None):
+    self.model_config = model_config
+    self.params = params
+    self.tokenizer = tokenizer
+    self.sampling_config = sampling_config
+    self.greedy = bool(greedy)
+    if batch_buckets is not None:
+      buckets = sorted(int(b) for b in batch_buckets)
+      if not buckets or buckets[0] < 1:
+        raise ValueError(f'batch_buckets must be positive sizes, got {batch_buckets}')
+      self.batch_buckets = tuple(buckets)
+    else:
+      self.batch_buckets = tuple(1 << i for i in range(16))
+    n_cmd = int(sampling_config.max_command_tokens)
+    self.max_prompt_tokens = (int(max_prompt_tokens) if max_prompt_tokens is not None
+                              else model_config.max_position_embeddings - n_cmd)
+    self.chat_template_kwargs = dict(chat_template_kwargs or {})
+    self.generate_fn = generate_fn or sampling.generate
+    self.stop_token_ids = tuple(int(i) for i in tokenizer.stop_token_ids)
+    self.timings = {'sampling': 0.0, 'tokenization': 0.0}
+    self.num_calls = 0
+
+  @property
+  def temperature(self) -> float:
+    return (self.sampling_config.eval_temperature if self.greedy
+            else self.sampling_config.temperature)
+
+  @property
+  def top_p(self) -> float:
+    return 1.0 if self.greedy else self.sampling_config.top_p
+
+  def encode_prompts(self, inputs: Sequence[str]) -> list[list[int]]:
+    """Prompt ids of each x_t ([T_in] lists). Raises ValueError on an over-long one."""
+    texts = [policy_prompt_text(self.tokenizer, x, self.chat_template_kwargs)
+             for x in inputs]
+    encode_batch = getattr(self.tokenizer, 'encode_batch', None)
+    ids = (encode_batch(texts) if encode_batch is not None
+           else [self.tokenizer.encode(t) for t in texts])
+    for i, p in enumerate(ids):
+      if len(p) > self.max_prompt_tokens:
+        raise ValueError(f'policy prompt {i} has {len(p)} tokens > max_prompt_tokens '
+                         f'{self.max_prompt_tokens} (is memory.policy_input_limit '
+                         'larger than the model context allows?)')
+    return [list(p) for p in ids]
+
+  def __call__(self, inputs: Sequence[str], rng: Any) -> list[environment.PolicyOutput]:
+    inputs = list(inputs)
+    if not inputs:
+      return []
+    self.num_calls += 1
+    t0 = time.perf_counter()
+    prompts = self.encode_prompts(inputs)
+    n = len(prompts)
+    padded = prompts + [prompts[0]] * (_bucket(n, self.batch_buckets) - n)
+    t1 = time.perf_counter()
+    out = self.generate_fn(
+        self.model_config, self.params, padded, rng=rng,
+        max_new_tokens=int(self.sampling_config.max_command_tokens),
+        temperature=float(self.temperature), top_p=float(self.top_p),
+        stop_token_ids=self.stop_token_ids,
+        pad_token_id=int(self.tokenizer.pad_token_id))
+    tokens = np.asarray(out.tokens)  # blocks until the device is done
+    logprobs = np.asarray(out.logprobs, np.float64)
+    lengths = np.asarray(out.lengths)
+    t2 = time.perf_counter()
+    stops = set(self.stop_token_ids)
+    results = []
+    for i in range(n):
+      length = int(lengths[i])
+      ids = tuple(int(t) for t in tokens[i, :length])
+      text_ids = ids[:-1] if ids and ids[-1] in stops else ids
+      text = self.tokenizer.decode(text_ids, skip_special_tokens=False).strip()
+      results.append(environment.PolicyOutput(
+          text=text, input_tokens=len(prompts[i]), output_tokens=length,
+          prompt_ids=tuple(prompts[i]), token_ids=ids,
+          logprobs=tuple(float(v) for v in logprobs[i, :length])))
+    t3 = time.perf_counter()
+    self.timings['sampling'] += t2 - t1
+    self.timings['tokenization'] += (t1 - t0) + (t3 - t2)
+    return results
