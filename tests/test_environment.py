@@ -406,3 +406,99 @@ def test_delayed_query_answered_from_ltm(examples):
   assert res_c.final_answer == ex.answer and res_c.num_decisions == n_obs + 1
   with pytest.raises(ValueError, match="answer_context"):
     dataclasses.replace(spec, answer_context="H")
+
+
+def test_solver_input_records_and_stale_labels(examples):
+  ex = examples[0]
+  s = mstate.new_state(ex.id, ex.question, count, instruction=INSTRUCTION)
+  s, m1 = mstate.add_entry(s, "first note", count, source_refs=("A#0", "A#1"))
+  s, m2 = mstate.add_entry(s, "second note", count, source_refs=("B#0",))
+  s, _ = mstate.add_entry(s, "third note", count)
+  s = s.evolve(M=(s.M[0], dataclasses.replace(s.M[1], status=mstate.DELETED), s.M[2]))
+  s, _ = mstate.add_context(s, mstate.OBSERVATION, "an observation", count,
+                            source_refs=("C#2",))
+  spec = env.EpisodeSpec(episode_id="e", example=ex, initial_state=s,
+                         answer_context=env.SOLVER_READS_LTM,
+                         stale_texts=["third note"])
+  assert spec.stale_texts == ("third note",)  # coerced to a tuple
+  inp = env.solver_input(spec, s)
+  assert inp.records == (ts.SolverRecord("first note", frozenset({"A#0", "A#1"})),
+                         ts.SolverRecord("third note", frozenset()))
+  assert inp.context == "first note\n\nthird note"
+  assert inp.source_refs == frozenset({"A#0", "A#1"})
+  assert inp.stale_texts == frozenset({"third note"})
+  inp_c = env.solver_input(dataclasses.replace(spec, answer_context="context"), s)
+  assert [r.text for r in inp_c.records] == [INSTRUCTION, "an observation"]
+  assert inp_c.records[1].evidence == frozenset({"C#2"})
+  assert inp_c.context == "\n\n".join(r.text for r in inp_c.records)
+  assert env.solver_input(dataclasses.replace(spec, stale_texts=()), s).stale_texts == (
+      frozenset())
+  with pytest.raises(ValueError, match="stale_texts"):
+    dataclasses.replace(spec, stale_texts="third note")
+
+
+def _with_stale_entry(spec, text, refs=()):
+  s, _ = mstate.add_entry(spec.initial_state, text, count, source_refs=refs)
+  return dataclasses.replace(spec, initial_state=s)
+
+
+def test_stale_entry_blocks_delayed_query(examples):
+  """A stale version of a supporting fact planted in M_0 (a perturbed year): storing
+  every revealed fact beside it no longer answers; deleting it (or replacing it with
+  the sourced version) does. Before the fix the oracle answered from provenance."""
+  ex = examples[0]
+  oracle = ts.OracleEvidenceReader.from_examples([ex])
+  cfg = mexec.ExecutorConfig(phase="A")
+  base = _delayed_query_spec(ex, env.SOLVER_READS_LTM)
+  units = {u.id: u for u in hotpotqa.evidence_units(ex)}
+  true = units["Sierra Boggess#0"].text.strip()
+  stale = true.replace("1982", "1983")
+  assert stale != true
+  labelled = dataclasses.replace(_with_stale_entry(base, stale), stale_texts=(stale,))
+
+  def run(spec, policy):
+    (res,) = env.run_episodes([spec], policy, oracle, count_tokens=count,
+                              executor_config=cfg)
+    return res
+
+  res = run(labelled, AddCurrentObservationPolicy())
+  assert all(d.accepted for d in res.decisions)
+  assert sum(d.op == "Add" for d in res.decisions) == len(base.observations)
+  assert res.final_answer is None and res.terminated_by == "env_end"
+  assert oracle.judge(env.solver_input(labelled, res.final_state)) == ts.STALE_RECORD
+  assert run(labelled, null_policy).final_answer is None
+  # Without the label the stale entry (it cites nothing) is not detected: the
+  # provenance of the added facts suffices (the old behaviour for every episode).
+  assert run(dataclasses.replace(labelled, stale_texts=()),
+             AddCurrentObservationPolicy()).final_answer == ex.answer
+
+  stale_id = labelled.initial_state.M[0].id
+  add = AddCurrentObservationPolicy()
+
+  def delete_first(xs):  # decision 0 (nothing observed yet): retire the stale entry
+    if f"[{stale_id} v0]" in xs[0]:
+      return [f'Delete(memory_id="{stale_id}", reason="outdated year")']
+    return add(xs)
+
+  res = run(labelled, delete_first)
+  assert res.decisions[0].op == "Delete" and res.decisions[0].accepted
+  assert res.final_answer == ex.answer and res.terminated_by == "answer"
+
+  add_b = AddCurrentObservationPolicy()
+
+  def update_stale(xs):  # when the true sentence arrives, revise the stale entry
+    out = add_b(xs)
+    return [o.replace("Add(content=", f'Update(memory_id="{stale_id}", new_content=')
+            if o.startswith(f"Add(content={json.dumps(true)}") else o for o in out]
+
+  res = run(labelled, update_stale)
+  (upd,) = [d for d in res.decisions if d.op == "Update"]
+  assert upd.accepted
+  assert res.final_answer == ex.answer and res.terminated_by == "answer"
+  # A stale entry that cites the true unit (no label): the year contradicts the unit,
+  # so it conflicts with the added facts (the content rule, no label needed).
+  cited = _with_stale_entry(base, stale, refs=("Sierra Boggess#0",))
+  res = run(cited, AddCurrentObservationPolicy())
+  assert res.final_answer is None
+  assert oracle.judge(env.solver_input(cited, res.final_state)) == ts.CONFLICTING_RECORD
+  assert run(cited, null_policy).final_answer is None

@@ -277,3 +277,175 @@ def test_example_without_resolvable_facts_is_skipped(pools):
       assert sc.build_episode(bad, phase, fam, count_tokens=count) is None
   specs = sc.build_episodes([bad] + construction[:5], 'B', count_tokens=count, num=6)
   assert len(specs) == 6 and all(s.example.id != bad.id for s in specs)
+
+
+_ENTRY = re.compile(r'^\[(\S+:m\d+) v\d+\] (".*")$', re.M)
+_OBS = re.compile(r'^\[(\S+:c\d+) observation\] (".*")$', re.M)
+
+
+def _about(a, b):
+  """Same 'Title: ' prefix and half of a's words among b's."""
+  ta, _, ra = a.partition(': ')
+  tb, _, rb = b.partition(': ')
+  wa, wb = ra.split(), set(rb.split())
+  return ta == tb and bool(wa) and 2 * sum(w in wb for w in wa) >= len(wa)
+
+
+class CorrectPhaseAPolicy:
+  """Scripted correct Phase A policy. Private knowledge (from the specs): the stale
+  texts and the supporting-fact texts. Per decision: a stale entry whose correct
+  version is already held is deleted; one whose source sentence is in C is updated
+  from it (how='update') or deleted (how='delete'); otherwise the first supporting
+  sentence in C that M lacks is added; else ∅."""
+
+  def __init__(self, specs, how='update'):
+    self.how = how
+    self.info = {}
+    for s in specs:
+      facts = {f.text for f in sc.build_view(s.example, count).facts}
+      self.info[json.dumps(s.initial_state.q, ensure_ascii=False)] = (
+          set(s.stale_texts), facts)
+
+  def __call__(self, xs):
+    return [self.decide(x) for x in xs]
+
+  def decide(self, x):
+    (q,) = [q for q in self.info if q in x]
+    stale, facts = self.info[q]
+    entries = [(i, json.loads(t)) for i, t in _ENTRY.findall(x)]
+    obs = [(i, json.loads(t)) for i, t in _OBS.findall(x)]
+    held = [t for _, t in entries if t not in stale]
+    for i, t in entries:
+      if t not in stale:
+        continue
+      if any(_about(t, g) for g in held):
+        return f'Delete(memory_id="{i}", reason="obsolete version")'
+      src = [(c, o) for c, o in obs if o in facts and _about(t, o)]
+      if src and self.how == 'update':
+        return cmds.format_command(cmds.Command(cmds.UPDATE, {
+            'memory_id': i, 'new_content': src[0][1], 'source_refs': [src[0][0]]}))
+      if src:
+        return f'Delete(memory_id="{i}", reason="outdated version")'
+    for c, o in obs:
+      if o in facts and not any(o == h for h in held):
+        return cmds.format_command(cmds.Command(
+            cmds.ADD, {'content': o, 'source_refs': [c]}))
+    return '∅'
+
+
+def add_only_policy(xs):
+  """Stores each new observation and never repairs memory (no Update/Delete)."""
+  out = []
+  for x in xs:
+    held = {json.loads(t) for _, t in _ENTRY.findall(x)}
+    cur = _CURRENT.search(x)
+    obs = dict((i, json.loads(t)) for i, t in _OBS.findall(x))
+    cid = cur.group(1) if cur else None
+    if cid in obs and obs[cid] not in held:
+      out.append(cmds.format_command(cmds.Command(
+          cmds.ADD, {'content': obs[cid], 'source_refs': [cid]})))
+    else:
+      out.append('∅')
+  return out
+
+
+def _r_task(res):
+  ex = res.spec.example
+  if res.final_answer is None:
+    return 0.0
+  return 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
+                + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+
+
+def test_phase_a_stale_and_obsolete_entries_must_be_repaired(pools):
+  """Phase A update/delete: the stale texts are a private label of the spec; ∅
+  throughout and storing facts beside a stale entry get r^task 0, a policy that
+  Updates (or Deletes) the stale entry gets r^task 1. In the null family ∅ is right."""
+  construction, _ = pools
+  specs = sc.build_episodes(construction, 'A', count_tokens=count, config=CFG, num=60)
+  fams = collections.Counter(s.family for s in specs)
+  assert fams['update'] >= 8 and fams['delete'] >= 8, fams
+  for s in specs:
+    planted = {e.content for e in s.initial_state.active_entries()
+               if not e.current.evidence}
+    assert set(s.stale_texts) == planted  # exactly the unsourced M_0 entries
+    if s.family == 'update':
+      assert 1 <= len(s.stale_texts) <= 2
+    elif s.family == 'delete':
+      # A stale version, or (no number / too short) an exact duplicate: redundant,
+      # not conflicting, so not labelled.
+      dup = 'duplicate of' in s.reference_command
+      assert len(s.stale_texts) == (0 if dup else 1)
+    else:
+      assert s.stale_texts == ()
+  oracle = ts.OracleEvidenceReader.from_examples(construction)
+  cfg = mexec.ExecutorConfig(phase='A')
+
+  def run(policy):
+    return env.run_episodes(specs, policy, oracle, count_tokens=count,
+                            executor_config=cfg)
+
+  for how in ('update', 'delete'):
+    for res in run(CorrectPhaseAPolicy(specs, how)):
+      assert _r_task(res) == 1.0, (how, res.spec.episode_id)
+      assert all(d.accepted for d in res.decisions), res.spec.episode_id
+      ops = collections.Counter(d.op for d in res.decisions)
+      if res.spec.family == 'update':
+        assert ops['Update' if how == 'update' else 'Delete'] == len(
+            res.spec.stale_texts)
+      if res.spec.family == 'delete':
+        assert ops['Delete'] == 1 and res.decisions[0].op == 'Delete'
+  for res in run(lambda xs: ['∅'] * len(xs)):
+    assert (_r_task(res) == 1.0) == (res.spec.family == 'null'), res.spec.episode_id
+  for res in run(add_only_policy):
+    if res.spec.stale_texts:
+      assert res.final_answer is None, res.spec.episode_id
+      assert oracle.judge(env.solver_input(res.spec, res.final_state)) == (
+          ts.STALE_RECORD)
+    else:  # add, null, delete-with-duplicate: nothing conflicting to repair
+      assert _r_task(res) == 1.0, res.spec.episode_id
+
+
+def test_phase_a_stale_entries_citing_their_unit_do_not_answer(pools):
+  """The construction the flaw was found in: stale M_0 entries citing the supporting
+  unit they misstate. ∅ throughout must not answer from them (it answered 22 of 26
+  update episodes in 100 under the provenance-only oracle)."""
+  construction, _ = pools
+  specs = [s for s in sc.build_episodes(construction, 'A', count_tokens=count,
+                                        config=CFG, num=60) if s.family == 'update']
+  cited = []
+  for s in specs:
+    view = sc.build_view(s.example, count)
+    entries = []
+    for e in s.initial_state.M:
+      (f,) = [f for f in view.facts if sc._same_sentence(e.content, f)][:1]
+      v = dataclasses.replace(e.current, evidence=(f.unit_id,))
+      entries.append(dataclasses.replace(e, versions=(v,)))
+    cited.append(dataclasses.replace(
+        s, initial_state=s.initial_state.evolve(M=tuple(entries))))
+  sup_cited = [s for s in cited if set(hotpotqa.supporting_unit_ids(s.example)) <=
+               set().union(*(e.current.evidence for e in s.initial_state.M))]
+  assert len(sup_cited) >= 3  # provenance alone would answer these
+  oracle = ts.OracleEvidenceReader.from_examples(construction)
+  results = env.run_episodes(cited, lambda xs: ['∅'] * len(xs), oracle,
+                             count_tokens=count,
+                             executor_config=mexec.ExecutorConfig(phase='A'))
+  assert all(r.final_answer is None for r in results)
+  results = env.run_episodes(cited, CorrectPhaseAPolicy(specs), oracle,
+                             count_tokens=count,
+                             executor_config=mexec.ExecutorConfig(phase='A'))
+  assert all(_r_task(r) == 1.0 for r in results)
+
+
+def test_phase_c_update_filter_labels_its_stale_entry(pools):
+  construction, _ = pools
+  specs = [s for s in sc.build_episodes(construction, 'C', count_tokens=count,
+                                        config=CFG, num=24)]
+  for s in specs:
+    if s.family == 'update_filter':
+      (stale,) = s.stale_texts
+      ref = cmds.parse_command(s.reference_command)
+      assert s.initial_state.entry(dict(ref.args)['memory_id']).content == stale
+    else:
+      assert s.stale_texts == ()
+  assert any(s.family == 'update_filter' for s in specs)

@@ -153,3 +153,79 @@ def test_llm_solver_real_tiny_model(tokenizer, example):
     assert len(out.token_ids) == out.output_tokens
     body = [t for t in out.token_ids if t not in tokenizer.stop_token_ids]
     assert out.text == tokenizer.decode(body, skip_special_tokens=True)
+
+
+def _fact(example, uid):
+  units = {u.id: u for u in hotpotqa.evidence_units(example)}
+  return f"{units[uid].title}: {units[uid].text.strip()}"
+
+
+def test_oracle_content_and_stale_rules(example):
+  """Hand-built records over examples[0] (Sierra Boggess): its first supporting
+  sentence carries 'May 20, 1982'."""
+  oracle = ts.OracleEvidenceReader.from_examples([example])
+  sup = hotpotqa.supporting_unit_ids(example)
+  first = "Sierra Boggess#0"
+  assert first in sup and "(born May 20, 1982)" in _fact(example, first)
+  good = [ts.SolverRecord(_fact(example, u), frozenset({u})) for u in sup]
+  stale = _fact(example, first).replace("1982", "1983")
+
+  def judge(records, stale_texts=()):
+    refs = frozenset().union(*(r.evidence for r in records))
+    return oracle.judge(ts.SolverInput(example.id, example.question, "ctx", refs,
+                                       tuple(records), frozenset(stale_texts)))
+
+  assert judge(good) == ""
+  # Exact duplicates are redundant, not contradictory: still answerable.
+  assert judge(good + good[:1]) == ""
+  # A paraphrase that keeps every fact token (numbers, month) still carries the unit.
+  para = ts.SolverRecord("Sierra Boggess, born May 20, 1982, acts.", frozenset({first}))
+  assert judge([para] + good[1:]) == ""
+  # Dropping the date: the unit is not carried (numbers of the sentence missing).
+  short = ts.SolverRecord("Sierra Boggess: an American theater actress and singer.",
+                          frozenset({first}))
+  assert judge([short] + good[1:]) == ts.MISSING_EVIDENCE
+  # The outdated year written with the true source cited: a conflict, even beside
+  # the correct record (the old provenance-only rule answered here).
+  wrong = ts.SolverRecord(stale, frozenset({first}))
+  assert judge([wrong] + good[1:]) == ts.CONFLICTING_RECORD
+  assert judge(good + [wrong]) == ts.CONFLICTING_RECORD
+  # A known stale text (private label) still active blocks the answer, with or without
+  # provenance, in any casing / trailing punctuation (memory.checks.same_text).
+  assert judge(good + [ts.SolverRecord(stale)], [stale]) == ts.STALE_RECORD
+  assert judge(good + [ts.SolverRecord(stale.upper().rstrip("."))], [stale]) == (
+      ts.STALE_RECORD)
+  assert judge(good, [stale]) == ""  # the stale version is gone: answerable
+  records = tuple(good + [ts.SolverRecord(stale)])
+  outs = oracle.solve([ts.SolverInput(example.id, example.question, "ctx",
+                                      frozenset(sup), records, frozenset([stale]))])
+  assert (outs[0].kind, outs[0].answer, outs[0].text) == ("continue", None, "Continue")
+
+
+def test_oracle_rules_hand_labels():
+  """Hand-computed labels: a title number is supported, a record citing only
+  non-supporting units is not checked, no unit texts = provenance only."""
+  labels = ts.OracleLabels("x", frozenset({"T 2001#0"}),
+                           {"T 2001#0": ("T 2001", "Born in 1950."),
+                            "D#0": ("D", "Founded 1800.")})
+  oracle = ts.OracleEvidenceReader({"t": labels})
+  rec = lambda text, *ev: ts.SolverRecord(text, frozenset(ev))
+  inp = lambda *records: ts.SolverInput("t", "q", "", frozenset({"T 2001#0"}), records)
+  assert oracle.judge(inp(rec("T 2001: Born in 1950.", "T 2001#0"))) == ""
+  assert oracle.judge(inp(rec("born 1950", "T 2001#0"))) == ""
+  assert oracle.judge(inp(rec("T 2001: born in 1950 and 1999", "T 2001#0"))) == (
+      ts.CONFLICTING_RECORD)
+  assert oracle.judge(inp(rec("T 2001: born.", "T 2001#0"))) == ts.MISSING_EVIDENCE
+  # A distractor record with an unsupported number cites no supporting unit: ignored.
+  assert oracle.judge(inp(rec("D: Founded 1801.", "D#0"),
+                          rec("T 2001: Born in 1950.", "T 2001#0"))) == ""
+  # Evidence cited but the text is elsewhere: not carried.
+  assert oracle.judge(inp(rec("Born in 1950.", "D#0"))) == ts.MISSING_EVIDENCE
+  bare = ts.OracleEvidenceReader({"t": ts.OracleLabels("x", frozenset({"T 2001#0"}))})
+  assert bare.judge(inp(rec("T 2001: born in 1999", "T 2001#0"))) == ""
+  stale_in = ts.SolverInput("t", "q", "", frozenset({"T 2001#0"}),
+                            (rec("T 2001: born in 1999", "T 2001#0"), rec("Old.")),
+                            frozenset({"old"}))
+  assert bare.judge(stale_in) == ts.STALE_RECORD  # labels apply without unit texts
+  with pytest.raises(KeyError, match="no labels"):
+    oracle.judge(ts.SolverInput("unknown", "q", ""))

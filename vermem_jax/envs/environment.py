@@ -36,7 +36,8 @@ decisions whose command named a non-null tool (accepted or rejected; ∅ and unp
 text are not tool calls).
 
 The policy only ever sees x_t. Labels (answer, supporting facts) live in
-`EpisodeSpec.example` for rewards and the oracle reader and are never rendered.
+`EpisodeSpec.example`, and the stale texts planted in M_0 in `EpisodeSpec.stale_texts`,
+for rewards and the oracle reader; they are never rendered.
 """
 
 from __future__ import annotations
@@ -116,6 +117,11 @@ class EpisodeSpec:
       answer_from = k + 1). 0 = from the first decision (evaluation, SPEC §7).
     answer_context: what the solver reads, 'context' (C̃_t) or 'ltm' (the active LTM
       entries; Phase A's delayed query).
+    stale_texts: private label (never rendered): texts of the stale / obsolete
+      versions planted in M_0 (an outdated number, an incomplete version). They reach
+      the task solver as `SolverInput.stale_texts`; the oracle reader refuses to
+      answer while one of them is still what it reads (a stale entry left in place,
+      or a conflict beside the corrected one). () when nothing stale was planted.
   """
   episode_id: str
   example: hotpotqa.Example
@@ -128,8 +134,14 @@ class EpisodeSpec:
   family: str = ""
   answer_from: int = 0
   answer_context: str = SOLVER_READS_CONTEXT
+  stale_texts: tuple[str, ...] = ()
 
   def __post_init__(self):
+    if isinstance(self.stale_texts, str) or not all(
+        isinstance(t, str) for t in self.stale_texts):
+      raise ValueError(f"episode {self.episode_id}: stale_texts must be a tuple of "
+                       f"strings, got {self.stale_texts!r}")
+    object.__setattr__(self, "stale_texts", tuple(self.stale_texts))
     if self.answer_context not in SOLVER_READS:
       raise ValueError(f"episode {self.episode_id}: answer_context must be one of "
                        f"{SOLVER_READS}, got {self.answer_context!r}")
@@ -275,12 +287,27 @@ def context_evidence(state: mstate.MemoryState,
   return frozenset(refs)
 
 
+def solver_records(state: mstate.MemoryState, reads: str = SOLVER_READS_CONTEXT,
+                   ) -> tuple[task_solvers.SolverRecord, ...]:
+  """The records the task solver reads, each with its evidence: C̃_t's items in context
+  order, or (reads='ltm') the active LTM entries' current versions in M order (the
+  blocks of `render_solver_context`, same order)."""
+  if reads == SOLVER_READS_LTM:
+    return tuple(task_solvers.SolverRecord(e.content, frozenset(e.current.evidence))
+                 for e in state.active_entries())
+  return tuple(task_solvers.SolverRecord(it.text, frozenset(it.evidence))
+               for it in state.C)
+
+
 def solver_input(spec: EpisodeSpec, state: mstate.MemoryState) -> task_solvers.SolverInput:
-  """The task solver's view of s̃_t: q and C̃_t (or M's active entries, per spec)."""
+  """The task solver's view of s̃_t: q and C̃_t (or M's active entries, per spec), with
+  the records' provenance and the spec's private stale texts (oracle only)."""
   reads = spec.answer_context
   return task_solvers.SolverInput(task_id=spec.example.id, question=state.q,
                                   context=render_solver_context(state, reads),
-                                  source_refs=context_evidence(state, reads))
+                                  source_refs=context_evidence(state, reads),
+                                  records=solver_records(state, reads),
+                                  stale_texts=frozenset(spec.stale_texts))
 
 
 # b_t of a decision before the query is posed: no solver call, nothing recorded in H.

@@ -16,7 +16,10 @@ episode RNG; `FAMILIES`):
   supported one (`delete`), or every fact already stored (`null`). C_0 holds the
   instruction and the current observation; H_0 begins with that observation. The
   episode ends with a delayed query answered from what LTM holds
-  (`DelayedQuery.context_source == 'ltm'`).
+  (`DelayedQuery.context_source == 'ltm'`). The texts of stale / obsolete M_0 entries
+  are a private label of the spec (`stale_texts`): the oracle reader does not answer
+  while one is still active, so leaving it (even beside an added correct fact) fails
+  the query; an exact duplicate is redundant, not conflicting, and is not labelled.
 - B (STM ⊂ {Retrieve, Filter, SelectEpisode, Summarize, ∅}): prepared M_0, a
   distractor-rich C_0 that fills part of the context budget, same-task H_0. Families:
   evidence stored only in M (`retrieve`), distractors beside the evidence in C
@@ -195,7 +198,12 @@ class ScenarioSpec(environment.EpisodeSpec):
   query is always reached; schedules are trimmed, distractors first, to fit
   `rollout_limit`); answer_from = len(observations) and answer_context 'ltm' in
   Phase A (the solver is first asked after the query and reads the active LTM);
-  answer_from = 0 and answer_context 'context' in Phases B and C.
+  answer_from = 0 and answer_context 'context' in Phases B and C; stale_texts = the
+  texts of the stale / obsolete entries planted in M_0 (Phase A `update`, `delete`
+  with a stale version, Phase C `update_filter`; private label for the oracle reader,
+  which refuses to answer while one is among what it reads — a stale entry is not
+  fixed by adding the correct fact beside it. Phase C's solver reads C_t, so there
+  the stale entry only matters once retrieved into C).
   """
   split: str = ''
   delayed_query: Optional[DelayedQuery] = None
@@ -406,11 +414,20 @@ class StateBuilder:
                                   instruction=INSTRUCTION_TEXT, task_state=task_state,
                                   forbidden=forbidden_strings(example))
     self.step = 0
+    self.stale_texts = []
 
-  def entry(self, content, refs=()):
-    """Adds an active LTM entry (prepared M_0); returns its id."""
+  def entry(self, content, refs=(), *, stale=False):
+    """Adds an active LTM entry (prepared M_0); returns its id.
+
+    `stale` marks an outdated/obsolete version (a perturbed number or an incomplete
+    sentence): its text becomes a private label of the episode
+    (`EpisodeSpec.stale_texts`) so the oracle reader refuses to answer while it stays
+    active.
+    """
     self.state, eid = mstate.add_entry(self.state, content, self.count_tokens,
                                        source_refs=tuple(refs))
+    if stale:
+      self.stale_texts.append(content)
     return eid
 
   def observe(self, text, refs, *, in_context=True, current=False):
@@ -684,7 +701,7 @@ def _phase_a(view, family, rng, count_tokens, cfg):
     if not stale:
       raise _Skip
     # Stale entries cite no source: their provenance is what the update repairs.
-    stale_ids = {f.unit_id: b.entry(text) for f, text in stale}
+    stale_ids = {f.unit_id: b.entry(text, stale=True) for f, text in stale}
     first = stale[0][0]
     _, cid = b.observe(first.text, (first.unit_id,), current=True)
     ref = cmds.Command(cmds.UPDATE, {'memory_id': stale_ids[first.unit_id],
@@ -705,10 +722,10 @@ def _phase_a(view, family, rng, count_tokens, cfg):
       obsolete, reason = dup, f'duplicate of {a}'
     elif good_first:
       good = b.entry(target.text, (target.unit_id,))
-      obsolete = b.entry(v[1])
+      obsolete = b.entry(v[1], stale=True)
       reason = f'obsolete: {good} holds the version the source supports'
     else:
-      obsolete = b.entry(v[1])
+      obsolete = b.entry(v[1], stale=True)
       good = b.entry(target.text, (target.unit_id,))
       reason = f'obsolete: {good} holds the version the source supports'
     b.observe(target.text, (target.unit_id,), current=True)
@@ -875,7 +892,7 @@ def _phase_c(view, family, rng, count_tokens, cfg):
     if stale is None:
       raise _Skip
     f, text = stale
-    eid = b.entry(text)
+    eid = b.entry(text, stale=True)
     n_distractors = 0
     for d in related[:2]:
       if fits(b, d.text, budget - count_tokens(f.doc.text)):
@@ -1019,7 +1036,8 @@ def build_episode(example, phase, family, *, count_tokens, config=ScenarioConfig
       token_budget=config.token_budget, family=family, split=split,
       delayed_query=query, reference_command=cmds.format_command(ref),
       is_recovery=recovery, context_budget=config.context_budget,
-      answer_from=answer_from, answer_context=source)
+      answer_from=answer_from, answer_context=source,
+      stale_texts=tuple(b.stale_texts))
 
 
 def build_episodes(examples, phase, *, count_tokens, config=ScenarioConfig(),

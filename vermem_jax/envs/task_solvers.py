@@ -12,21 +12,26 @@ Two solvers:
   §7 / paper App. C.3) and parses the reply: a line `Answer: <text>` is a final answer,
   anything else (normally `Continue`) asks for more.
 - `OracleEvidenceReader`: a diagnostic stand-in for CPU runs and for measuring memory
-  quality apart from the LLM. It is given each example's reference answer and supporting
-  evidence-unit ids *privately* (never part of any policy input) and answers with the
-  reference answer exactly when every supporting unit is among the source refs of the
-  active context's items; otherwise it continues. With a tokenizer it reports the token
-  counts the LLM solver's prompt and reply would have, so TN stays comparable.
+  quality apart from the LLM. It is given each example's reference answer, supporting
+  evidence-unit ids and evidence-unit texts *privately* (never part of any policy
+  input), plus the episode's known stale texts through `SolverInput.stale_texts`, and
+  answers with the reference answer exactly when what it reads faithfully carries every
+  supporting unit and holds no stale or conflicting record (rule in the class
+  docstring); otherwise it continues. With a tokenizer it reports the token counts the
+  LLM solver's prompt and reply would have, so TN stays comparable.
 """
 
 from __future__ import annotations
 
 import abc
+import collections.abc
 import dataclasses
 import re
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
+
+from vermem_jax.memory import checks
 
 ANSWER = "answer"
 CONTINUE = "continue"
@@ -54,8 +59,24 @@ class SolverConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SolverRecord:
+  """One record the solver reads (a C̃_t item or an active LTM entry's current
+  version) with its provenance.
+
+  Attributes:
+    text: the record's text as rendered in `SolverInput.context`.
+    evidence: evidence-unit ids it is grounded in (transitive, from the executor).
+  """
+  text: str
+  evidence: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
 class SolverInput:
   """What a task solver sees for one episode at one step.
+
+  The LLM solver reads only `question` and `context`; `source_refs`, `records` and
+  `stale_texts` are provenance and private labels for the oracle reader.
 
   Attributes:
     task_id: the episode's task instance id (HotpotQA question id); the oracle uses it
@@ -64,11 +85,18 @@ class SolverInput:
     context: the active context C̃_t rendered as text (what an LLM solver reads).
     source_refs: evidence-unit ids the items of C̃_t are grounded in (resolved through
       LTM entries and history events by the environment).
+    records: the records behind `context`, one per item/entry, in order (empty for a
+      hand-built input that gives provenance only; see OracleEvidenceReader).
+    stale_texts: private label of the episode (`EpisodeSpec.stale_texts`): texts of
+      the stale / obsolete versions the scenario planted in M_0. Never shown to the
+      policy or the LLM solver.
   """
   task_id: str
   question: str
   context: str
   source_refs: frozenset[str] = frozenset()
+  records: tuple[SolverRecord, ...] = ()
+  stale_texts: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,18 +245,78 @@ class LLMTaskSolver(TaskSolver):
 
 @dataclasses.dataclass(frozen=True)
 class OracleLabels:
-  """Private labels of one task for the oracle reader (never shown to the policy)."""
+  """Private labels of one task for the oracle reader (never shown to the policy).
+
+  Attributes:
+    answer: the reference answer.
+    supporting_unit_ids: ids of the supporting evidence units.
+    unit_texts: evidence-unit id -> (title, sentence) of every unit of the example
+      (for the content checks). Empty: content checks are skipped (provenance only).
+  """
   answer: str
   supporting_unit_ids: frozenset[str]
+  unit_texts: Mapping[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+
+class _LazyUnitTexts(collections.abc.Mapping):
+  """unit id -> (title, sentence) of one example, built on first use (the full train
+  pool has ~90k examples; only the tasks an oracle is asked about pay for it)."""
+
+  def __init__(self, example: Any):
+    self._example = example
+    self._texts: dict[str, tuple[str, str]] | None = None
+
+  def _get(self) -> dict[str, tuple[str, str]]:
+    if self._texts is None:
+      from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
+      self._texts = {u.id: (u.title, u.text)
+                     for u in hotpotqa.evidence_units(self._example)}
+    return self._texts
+
+  def __getitem__(self, key: str) -> tuple[str, str]:
+    return self._get()[key]
+
+  def __iter__(self):
+    return iter(self._get())
+
+  def __len__(self) -> int:
+    return len(self._get())
+
+
+# Why the oracle continues (OracleEvidenceReader.judge); '' = it answers.
+MISSING_EVIDENCE = "missing_evidence"
+STALE_RECORD = "stale_record"
+CONFLICTING_RECORD = "conflicting_record"
 
 
 class OracleEvidenceReader(TaskSolver):
-  """Diagnostic task solver: answers exactly when all supporting evidence is in C̃_t.
+  """Diagnostic task solver: answers exactly when the memory faithfully holds all
+  supporting evidence and nothing that contradicts it.
 
   For CPU runs and for measuring memory quality apart from any LLM: r^task of an
-  episode is 1 iff the memory policy put every supporting evidence unit into the active
-  context before the episode ended. The labels it holds are private to the solver and
-  must never reach the memory policy's input.
+  episode is 1 iff the memory policy left what the solver reads (C̃_t, or the active
+  LTM entries for Phase A's delayed query) answerable. The labels it holds are private
+  to the solver and must never reach the memory policy's input.
+
+  Rule (`judge`), over `SolverInput.records` (fact tokens = numbers, dates, times,
+  month/weekday names, `memory.checks.fact_tokens`):
+    1. stale_record: some record's text is (`checks.same_text`) one of the episode's
+       known stale texts (`SolverInput.stale_texts`, planted in M_0 by the scenario):
+       the memory still holds the outdated version, so the reader refuses — whether
+       or not a correct version sits beside it (a conflict). Exact duplicates of a
+       correct entry are not stale: they are redundant, not contradictory (decision).
+    2. conflicting_record: a record citing a supporting unit states a fact token none
+       of its cited units' titles or sentences support (e.g. a perturbed year written
+       with the true source cited).
+    3. missing_evidence: some supporting unit u has no *carrier*: a record whose
+       evidence includes u and whose text holds every fact token of u's sentence.
+       Otherwise it answers.
+  Provenance alone (the old rule) would let an entry that cites the right unit but
+  states an outdated number count as evidence, and let a stale entry stay active
+  beside the corrected one: correcting memory and doing nothing would earn the same
+  r^task. Without `records` (a hand-built input) only the provenance rule applies:
+  every supporting unit in `source_refs`. Without `unit_texts` rules 2 and 3's text
+  checks are skipped (evidence ids only).
 
   Args:
     labels: task_id -> OracleLabels.
@@ -236,7 +324,7 @@ class OracleEvidenceReader(TaskSolver):
       solver's prompt (`render_solver_prompt`) and of the reply text plus one
       end-of-turn token; when None they are 0.
 
-  Raises (from solve):
+  Raises (from solve / judge):
     KeyError: a task_id without labels.
   """
 
@@ -248,20 +336,51 @@ class OracleEvidenceReader(TaskSolver):
   @classmethod
   def from_examples(cls, examples: Iterable[Any], *,
                     tokenizer: _ChatTokenizer | None = None) -> "OracleEvidenceReader":
-    """Labels from `hotpotqa.Example`s (reference answer + supporting unit ids)."""
+    """Labels from `hotpotqa.Example`s (reference answer, supporting unit ids, unit
+    texts). The episode's stale texts arrive with each SolverInput."""
     from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
-    labels = {ex.id: OracleLabels(ex.answer, frozenset(hotpotqa.supporting_unit_ids(ex)))
+    labels = {ex.id: OracleLabels(ex.answer, frozenset(hotpotqa.supporting_unit_ids(ex)),
+                                  _LazyUnitTexts(ex))
               for ex in examples}
     return cls(labels, tokenizer=tokenizer)
+
+  def judge(self, inp: SolverInput) -> str:
+    """'' when the oracle answers `inp`, else why not: MISSING_EVIDENCE,
+    STALE_RECORD or CONFLICTING_RECORD (rule in the class docstring)."""
+    if inp.task_id not in self.labels:
+      raise KeyError(f"OracleEvidenceReader has no labels for task {inp.task_id!r}")
+    lab = self.labels[inp.task_id]
+    sup = lab.supporting_unit_ids
+    if not sup:
+      return MISSING_EVIDENCE
+    if not inp.records:
+      return "" if sup <= inp.source_refs else MISSING_EVIDENCE
+    carried = set()
+    for rec in inp.records:
+      if any(checks.same_text(rec.text, t) for t in inp.stale_texts):
+        return STALE_RECORD
+      cited = rec.evidence & sup
+      if not cited:
+        continue
+      if not lab.unit_texts:
+        carried |= cited
+        continue
+      grounding = [part for u in rec.evidence if u in lab.unit_texts
+                   for part in lab.unit_texts[u]]
+      if checks.unsupported_facts(rec.text, grounding):
+        return CONFLICTING_RECORD
+      for u in cited:
+        if u in lab.unit_texts and not checks.unsupported_facts(
+            lab.unit_texts[u][1], [rec.text]):
+          carried.add(u)
+    return "" if sup <= carried else MISSING_EVIDENCE
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     results = []
     for inp in inputs:
-      if inp.task_id not in self.labels:
-        raise KeyError(f"OracleEvidenceReader has no labels for task {inp.task_id!r}")
-      lab = self.labels[inp.task_id]
-      if lab.supporting_unit_ids and lab.supporting_unit_ids <= inp.source_refs:
-        kind, answer, text = ANSWER, lab.answer, f"Answer: {lab.answer}"
+      if not self.judge(inp):
+        answer = self.labels[inp.task_id].answer
+        kind, text = ANSWER, f"Answer: {answer}"
       else:
         kind, answer, text = CONTINUE, None, "Continue"
       n_in = n_out = 0
