@@ -1,0 +1,398 @@
+"""Tests for vermem_jax.models.qwen: config parsing, presets, padding, KV cache, params.
+
+Parity with transformers on saved checkpoints is tested in test_hf_io.py; the one
+independent torch check here copies a random in-memory HF model's state_dict.
+"""
+import functools
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vermem_jax.models import qwen
+from vermem_jax.models.qwen import QwenConfig
+
+# Small vocabulary keeps [B, T, V] logits cheap; the `tiny` preset itself is checked
+# separately.
+SMALL = QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                   head_dim=16, rope_theta=10_000.0, max_position_embeddings=512)
+
+
+def _params(config, seed=0):
+  """Random parameters in the model's tree layout, filled with NumPy (fast on CPU).
+
+  Norm scales and biases are random too (not 1 / 0) so that they are exercised.
+  """
+  shapes = jax.eval_shape(lambda: qwen.init_params(config, jax.random.PRNGKey(0)))
+  rs = np.random.RandomState(seed)
+  fill = lambda s: (1.0 + 0.1 * rs.randn(*s.shape) if len(s.shape) == 1
+                    else 0.08 * rs.randn(*s.shape))
+  return jax.tree.map(lambda s: jnp.asarray(fill(s), jnp.float32), shapes)
+
+
+@functools.partial(jax.jit, static_argnames=('config', 'return_hidden'))
+def _forward(config, params, ids, attention_mask=None, positions=None,
+             return_hidden=False):
+  return qwen.Qwen(config).apply({'params': params}, ids, positions=positions,
+                                 attention_mask=attention_mask,
+                                 return_hidden=return_hidden)
+
+
+def _ids(shape, vocab, seed=0):
+  return jnp.asarray(np.random.RandomState(seed).randint(0, vocab, shape), jnp.int32)
+
+
+# ----------------------------------------------------------------------- config
+
+
+def test_from_hf_transformers4_layout_qwen2():
+  raw = {'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 96,
+         'intermediate_size': 200, 'num_hidden_layers': 3, 'num_attention_heads': 6,
+         'num_key_value_heads': 2, 'rope_theta': 10000.0, 'rope_scaling': None,
+         'rms_norm_eps': 1e-5, 'tie_word_embeddings': False,
+         'max_position_embeddings': 4096, 'use_sliding_window': False}
+  cfg = QwenConfig.from_hf(raw)
+  assert cfg.head_dim == 16  # hidden / heads
+  assert cfg.rope_theta == 10000.0 and cfg.rms_norm_eps == 1e-5
+  assert cfg.attention_bias and not cfg.qk_norm
+  assert not cfg.tie_word_embeddings and cfg.max_position_embeddings == 4096
+  assert cfg.num_key_value_heads == 2 and cfg.num_hidden_layers == 3
+
+
+def test_from_hf_transformers5_layout_qwen3_explicit_head_dim(tmp_path):
+  raw = {'model_type': 'qwen3', 'vocab_size': 1000, 'hidden_size': 64,
+         'intermediate_size': 200, 'num_hidden_layers': 2, 'num_attention_heads': 4,
+         'num_key_value_heads': 2, 'head_dim': 32,
+         'rope_parameters': {'rope_theta': 5000000.0, 'rope_type': 'default'},
+         'tie_word_embeddings': True}
+  (tmp_path / 'config.json').write_text(json.dumps(raw))
+  for source in (raw, tmp_path, str(tmp_path / 'config.json')):
+    cfg = QwenConfig.from_hf(source, dtype='bfloat16', remat=True)
+    assert cfg.head_dim == 32  # explicit head_dim wins over 64 / 4 = 16
+    assert cfg.rope_theta == 5e6
+    assert cfg.qk_norm and not cfg.attention_bias
+    assert cfg.dtype == 'bfloat16' and cfg.remat
+
+
+def test_from_hf_transformers_written_dicts():
+  transformers = pytest.importorskip('transformers')
+  d = transformers.Qwen3Config(
+      vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+      rope_theta=5e6).to_dict()
+  cfg = QwenConfig.from_hf(d)
+  assert (cfg.rope_theta, cfg.head_dim, cfg.qk_norm) == (5e6, 16, True)
+  d = transformers.Qwen2Config(
+      vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+      num_attention_heads=4, num_key_value_heads=2, rope_theta=1e4).to_dict()
+  cfg = QwenConfig.from_hf(d)
+  assert (cfg.rope_theta, cfg.head_dim, cfg.attention_bias) == (1e4, 12, True)
+
+
+def test_from_hf_shared_config_files(data_dir):
+  cfg25 = QwenConfig.from_hf(os.path.join(data_dir, 'tokenizers', 'qwen2.5'))
+  cfg3 = QwenConfig.from_hf(os.path.join(data_dir, 'tokenizers', 'qwen3',
+                                         'config.json'))
+  arch = ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+          'num_attention_heads', 'num_key_value_heads', 'head_dim', 'rope_theta',
+          'rms_norm_eps', 'tie_word_embeddings', 'max_position_embeddings',
+          'attention_bias', 'qk_norm')
+  p25 = QwenConfig.preset('qwen2.5-0.5b-instruct')
+  p3 = QwenConfig.preset('qwen3-1.7b')
+  for name in arch:
+    assert getattr(cfg25, name) == getattr(p25, name), name
+    assert getattr(cfg3, name) == getattr(p3, name), name
+  assert cfg25.head_dim == 64 and cfg3.head_dim == 128
+
+
+@pytest.mark.parametrize('raw, match', [
+    ({'model_type': 'llama'}, 'qwen2 or qwen3'),
+    ({'model_type': 'qwen2', 'vocab_size': 10}, 'missing required'),
+    ({'model_type': 'qwen2', 'vocab_size': 10, 'hidden_size': 8,
+      'intermediate_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 2,
+      'rope_theta': 1e4, 'rope_scaling': {'rope_type': 'yarn', 'factor': 4.0}},
+     'yarn'),
+    ({'model_type': 'qwen3', 'vocab_size': 10, 'hidden_size': 8,
+      'intermediate_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 2,
+      'rope_theta': 1e4, 'attention_bias': True}, 'o_proj bias'),
+    ({'model_type': 'qwen2', 'vocab_size': 10, 'hidden_size': 8,
+      'intermediate_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 3,
+      'rope_theta': 1e4}, 'not divisible'),
+])
+def test_from_hf_rejects_bad_configs(raw, match):
+  with pytest.raises(ValueError, match=match):
+    QwenConfig.from_hf(raw)
+
+
+def test_config_validation_and_missing_file(tmp_path):
+  with pytest.raises(ValueError, match='num_key_value_heads'):
+    QwenConfig(num_attention_heads=4, num_key_value_heads=3)
+  with pytest.raises(ValueError, match='dtype'):
+    QwenConfig(dtype='float8')
+  with pytest.raises(FileNotFoundError):
+    QwenConfig.from_hf(tmp_path)
+  with pytest.raises(KeyError, match='known'):
+    QwenConfig.preset('qwen9-1b')
+
+
+def test_presets_published_values():
+  expected = {  # (D, I, L, N, Kv, Hd, V, tied, theta, max_pos)
+      'qwen2.5-0.5b-instruct': (896, 4864, 24, 14, 2, 64, 151936, True, 1e6, 32768),
+      'qwen2.5-1.5b-instruct': (1536, 8960, 28, 12, 2, 128, 151936, True, 1e6, 32768),
+      'qwen2.5-3b-instruct': (2048, 11008, 36, 16, 2, 128, 151936, True, 1e6, 32768),
+      'qwen2.5-7b-instruct': (3584, 18944, 28, 28, 4, 128, 152064, False, 1e6, 32768),
+      'qwen3-0.6b': (1024, 3072, 28, 16, 8, 128, 151936, True, 1e6, 40960),
+      'qwen3-1.7b': (2048, 6144, 28, 16, 8, 128, 151936, True, 1e6, 40960),
+      'qwen3-4b': (2560, 9728, 36, 32, 8, 128, 151936, True, 1e6, 40960),
+      'qwen3-8b': (4096, 12288, 36, 32, 8, 128, 151936, False, 1e6, 40960),
+      'qwen3-4b-instruct-2507': (2560, 9728, 36, 32, 8, 128, 151936, True, 5e6,
+                                 262144),
+  }
+  assert set(qwen.PRESETS) == set(expected) | {'tiny'}
+  for name, values in expected.items():
+    c = QwenConfig.preset(name)
+    got = (c.hidden_size, c.intermediate_size, c.num_hidden_layers,
+           c.num_attention_heads, c.num_key_value_heads, c.head_dim, c.vocab_size,
+           c.tie_word_embeddings, c.rope_theta, c.max_position_embeddings)
+    assert got == values, name
+    assert (c.dtype, c.param_dtype) == ('bfloat16', 'float32'), name
+    assert (c.attention_bias, c.qk_norm) == (
+        (True, False) if name.startswith('qwen2.5') else (False, True)), name
+  tiny = QwenConfig.preset('tiny')
+  assert tiny.vocab_size == 151936 and tiny.num_hidden_layers == 2
+  assert QwenConfig.preset('Qwen3-0.6B', dtype='float32').dtype == 'float32'
+
+
+# ----------------------------------------------------------------------- params
+
+
+def _shapes(tree):
+  return jax.tree.map(lambda x: tuple(x.shape), tree)
+
+
+@pytest.mark.parametrize('bias, qk_norm, tied', [(True, False, True),
+                                                 (False, True, False)])
+def test_param_tree_contract(bias, qk_norm, tied):
+  cfg = QwenConfig(vocab_size=100, hidden_size=24, intermediate_size=40,
+                   num_hidden_layers=2, num_attention_heads=3, num_key_value_heads=1,
+                   head_dim=10, attention_bias=bias, qk_norm=qk_norm,
+                   tie_word_embeddings=tied)
+  shapes = _shapes(jax.eval_shape(lambda: qwen.init_params(cfg, jax.random.PRNGKey(0))))
+  attn = {'q_proj': {'kernel': (24, 30)}, 'k_proj': {'kernel': (24, 10)},
+          'v_proj': {'kernel': (24, 10)}, 'o_proj': {'kernel': (30, 24)}}
+  if bias:
+    attn['q_proj']['bias'] = (30,)
+    attn['k_proj']['bias'] = (10,)
+    attn['v_proj']['bias'] = (10,)
+  if qk_norm:
+    attn['q_norm'] = {'scale': (10,)}
+    attn['k_norm'] = {'scale': (10,)}
+  layer = {'input_layernorm': {'scale': (24,)}, 'self_attn': attn,
+           'post_attention_layernorm': {'scale': (24,)},
+           'mlp': {'gate_proj': {'kernel': (24, 40)}, 'up_proj': {'kernel': (24, 40)},
+                   'down_proj': {'kernel': (40, 24)}}}
+  expected = {'embed_tokens': {'embedding': (100, 24)}, 'layers_0': layer,
+              'layers_1': layer, 'norm': {'scale': (24,)}}
+  if not tied:
+    expected['lm_head'] = {'kernel': (24, 100)}
+  assert shapes == expected
+
+
+def test_param_logical_axes_match_module_annotations():
+  cfg = SMALL.replace(qk_norm=True, tie_word_embeddings=False)
+  boxed = jax.eval_shape(
+      lambda: qwen.Qwen(cfg).init(jax.random.PRNGKey(0), jnp.zeros((1, 1), jnp.int32)))
+  specs = nn.get_partition_spec(boxed)['params']
+  axes = qwen.param_logical_axes(nn.meta.unbox(boxed['params']))
+  flat_specs = jax.tree.leaves(specs, is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
+  flat_axes = jax.tree.leaves(axes, is_leaf=lambda x: isinstance(x, tuple))
+  assert [tuple(s) for s in flat_specs] == flat_axes
+  assert axes['lm_head']['kernel'] == ('embed', 'vocab')
+  with pytest.raises(KeyError, match='bogus'):
+    qwen.param_logical_axes({'bogus': {'kernel': jnp.zeros((2, 2))}})
+
+
+# ----------------------------------------------------------------------- forward
+
+
+@pytest.mark.parametrize('tied', [True, False])
+def test_hidden_then_lm_head_equals_logits(tied):
+  cfg = SMALL.replace(tie_word_embeddings=tied)
+  params = _params(cfg)
+  ids = _ids((2, 6), cfg.vocab_size)
+  logits = _forward(cfg, params, ids)
+  hidden = _forward(cfg, params, ids, return_hidden=True)
+  assert logits.dtype == jnp.float32 and logits.shape == (2, 6, cfg.vocab_size)
+  assert hidden.shape == (2, 6, cfg.hidden_size)
+  np.testing.assert_allclose(qwen.lm_head_logits(cfg, params, hidden), logits,
+                             atol=1e-6)
+  # Gathered positions only (what a loss does).
+  np.testing.assert_allclose(qwen.lm_head_logits(cfg, {'params': params}, hidden[:, 2]),
+                             logits[:, 2], atol=1e-6)
+
+
+def test_tiny_preset_forward_shapes():
+  cfg = QwenConfig.preset('tiny')
+  params = qwen.init_params(cfg, jax.random.PRNGKey(0))
+  logits = _forward(cfg, params, _ids((1, 3), 151936))
+  assert logits.shape == (1, 3, 151936) and bool(jnp.all(jnp.isfinite(logits)))
+
+
+@pytest.mark.parametrize('cfg', [SMALL, SMALL.replace(qk_norm=True,
+                                                      attention_bias=False)],
+                         ids=['qwen2', 'qwen3'])
+def test_left_padding_matches_unpadded(cfg):
+  params = _params(cfg)
+  short = _ids((5,), cfg.vocab_size, seed=1)
+  long = _ids((9,), cfg.vocab_size, seed=2)
+  pad = 4
+  fill = jnp.full((pad,), 7, jnp.int32)
+  batch = jnp.stack([jnp.concatenate([fill, short]), long])
+  mask = jnp.ones((2, 9), jnp.int32).at[0, :pad].set(0)
+  out = _forward(cfg, params, batch, mask)
+  # Reference: each row unpadded (the short one followed by tokens it cannot see).
+  ref = _forward(cfg, params, jnp.stack([jnp.concatenate([short, fill]), long]),
+                 jnp.ones((2, 9), jnp.int32))
+  np.testing.assert_allclose(out[0, pad:], ref[0, :5], atol=1e-5)
+  np.testing.assert_allclose(out[1], ref[1], atol=1e-5)
+  assert bool(jnp.all(jnp.isfinite(out)))  # padding queries stay finite
+  # The padded row differs from treating padding as real tokens.
+  wrong = _forward(cfg, params, batch, jnp.ones((2, 9), jnp.int32))
+  assert float(jnp.max(jnp.abs(wrong[0, pad:] - ref[0, :5]))) > 1e-3
+
+
+def test_explicit_positions_equal_default():
+  params = _params(SMALL)
+  ids = _ids((2, 6), SMALL.vocab_size)
+  mask = jnp.array([[0, 0, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1]], jnp.int32)
+  pos = jnp.array([[0, 0, 0, 1, 2, 3], [0, 1, 2, 3, 4, 5]], jnp.int32)
+  a = _forward(SMALL, params, ids, mask)
+  b = _forward(SMALL, params, ids, mask, pos)
+  np.testing.assert_allclose(a, b, atol=0)
+  # RoPE is relative: a uniform shift changes nothing, stretching does.
+  shifted = _forward(SMALL, params, ids, mask, pos + 3)
+  np.testing.assert_allclose(shifted[:, 2:], a[:, 2:], atol=1e-5)
+  stretched = _forward(SMALL, params, ids, mask, 2 * pos)
+  assert float(jnp.max(jnp.abs(stretched[:, 3:] - a[:, 3:]))) > 1e-3
+
+
+@pytest.mark.parametrize('cfg', [SMALL, SMALL.replace(qk_norm=True,
+                                                      attention_bias=False,
+                                                      tie_word_embeddings=False)],
+                         ids=['qwen2', 'qwen3'])
+def test_cached_incremental_forward_matches_full(cfg):
+  params = _params(cfg)
+  model = qwen.Qwen(cfg)
+  ids = _ids((2, 10), cfg.vocab_size, seed=3)
+  mask = jnp.ones((2, 10), jnp.int32).at[0, :3].set(0)  # row 0 left-padded
+  full = _forward(cfg, params, ids, mask)
+  cache = qwen.init_cache(cfg, 2, 16)
+  step = jax.jit(lambda p, c, x, m: model.apply({'params': p}, x, attention_mask=m,
+                                                cache=c))
+  out, cache = step(params, cache, ids[:, :6], mask[:, :6])  # prefill
+  outs = [out]
+  for t in range(6, 10):  # then one token at a time
+    out, cache = step(params, cache, ids[:, t:t + 1], mask[:, t:t + 1])
+    outs.append(out)
+  inc = jnp.concatenate(outs, axis=1)
+  np.testing.assert_allclose(inc[0, 3:], full[0, 3:], atol=1e-5)
+  np.testing.assert_allclose(inc[1], full[1], atol=1e-5)
+  assert int(cache['index']) == 10
+  np.testing.assert_array_equal(cache['valid'][:, :10], mask.astype(bool))
+  assert not bool(jnp.any(cache['valid'][:, 10:]))
+  assert cache['layers_0']['k'].shape == (2, 16, cfg.num_key_value_heads, cfg.head_dim)
+
+
+def test_bfloat16_compute_close_to_float32():
+  cfg32 = SMALL
+  cfg16 = SMALL.replace(dtype='bfloat16')
+  params = _params(cfg32)
+  ids = _ids((2, 6), SMALL.vocab_size)
+  a = _forward(cfg32, params, ids)
+  b = _forward(cfg16, params, ids)
+  h = _forward(cfg16, params, ids, return_hidden=True)
+  assert b.dtype == jnp.float32 and h.dtype == jnp.bfloat16
+  assert float(jnp.max(jnp.abs(a - b))) < 0.05 * float(jnp.max(jnp.abs(a)))
+  assert qwen.init_cache(cfg16, 1, 4)['layers_0']['k'].dtype == jnp.bfloat16
+
+
+def test_remat_same_values_and_grads():
+  params = _params(SMALL)
+  ids = _ids((2, 6), SMALL.vocab_size)
+
+  def loss(p, cfg):
+    h = qwen.Qwen(cfg).apply({'params': p}, ids, return_hidden=True)
+    return jnp.mean(qwen.lm_head_logits(cfg, p, h[:, -1]) ** 2)
+
+  grad_fn = jax.jit(jax.value_and_grad(loss), static_argnums=1)
+  l1, g1 = grad_fn(params, SMALL)
+  l2, g2 = grad_fn(params, SMALL.replace(remat=True))
+  np.testing.assert_allclose(l1, l2, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+# ----------------------------------------------------------------- torch parity
+
+
+def _hf_state_to_params(model, cfg):
+  """Independent HF -> param-tree copy (kernels transposed), for this test only."""
+  sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+  params = {'embed_tokens': {'embedding': sd['model.embed_tokens.weight']},
+            'norm': {'scale': sd['model.norm.weight']}}
+  for i in range(cfg.num_hidden_layers):
+    pre = f'model.layers.{i}.'
+    attn = {}
+    for name in ('q_proj', 'k_proj', 'v_proj', 'o_proj'):
+      attn[name] = {'kernel': sd[f'{pre}self_attn.{name}.weight'].T}
+      if f'{pre}self_attn.{name}.bias' in sd:
+        attn[name]['bias'] = sd[f'{pre}self_attn.{name}.bias']
+    for name in ('q_norm', 'k_norm'):
+      if f'{pre}self_attn.{name}.weight' in sd:
+        attn[name] = {'scale': sd[f'{pre}self_attn.{name}.weight']}
+    params[f'layers_{i}'] = {
+        'input_layernorm': {'scale': sd[f'{pre}input_layernorm.weight']},
+        'post_attention_layernorm': {
+            'scale': sd[f'{pre}post_attention_layernorm.weight']},
+        'self_attn': attn,
+        'mlp': {n: {'kernel': sd[f'{pre}mlp.{n}.weight'].T}
+                for n in ('gate_proj', 'up_proj', 'down_proj')}}
+  if not cfg.tie_word_embeddings:
+    params['lm_head'] = {'kernel': sd['lm_head.weight'].T}
+  return jax.tree.map(jnp.asarray, params)
+
+
+@pytest.mark.parametrize('family', ['qwen2', 'qwen3'])
+def test_matches_transformers_in_memory(family):
+  torch = pytest.importorskip('torch')
+  transformers = pytest.importorskip('transformers')
+  common = dict(vocab_size=200, hidden_size=48, intermediate_size=80,
+                num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                rms_norm_eps=1e-6, max_position_embeddings=256)
+  if family == 'qwen2':
+    hf_cfg = transformers.Qwen2Config(rope_theta=1e4, tie_word_embeddings=True,
+                                      **common)
+    hf_model = transformers.Qwen2ForCausalLM(hf_cfg)
+  else:  # head_dim 16 != 48 / 4, untied head
+    hf_cfg = transformers.Qwen3Config(rope_theta=1e6, head_dim=16,
+                                      tie_word_embeddings=False, **common)
+    hf_model = transformers.Qwen3ForCausalLM(hf_cfg)
+  torch.manual_seed(0)
+  with torch.no_grad():
+    for p in hf_model.parameters():
+      p.copy_(torch.randn_like(p) * (0.1 if p.ndim == 1 else 0.08)
+              + (1.0 if p.ndim == 1 else 0.0))
+  hf_model.config._attn_implementation = 'eager'
+  hf_model.eval()
+  cfg = QwenConfig.from_hf(hf_cfg.to_dict())
+  params = _hf_state_to_params(hf_model, cfg)
+  ids = np.random.RandomState(0).randint(0, 200, (2, 11))
+  with torch.no_grad():
+    ref = hf_model(torch.as_tensor(ids)).logits.numpy()
+  ours = np.asarray(_forward(cfg, params, jnp.asarray(ids)))
+  assert np.max(np.abs(ours - ref)) <= 1e-4

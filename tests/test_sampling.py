@@ -1,0 +1,239 @@
+"""Tests for vermem_jax.models.sampling (KV-cache generation) against full forwards."""
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from vermem_jax.models import qwen
+from vermem_jax.models import sampling
+from vermem_jax.models.qwen import QwenConfig
+
+CFG = QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 head_dim=16, rope_theta=10_000.0, max_position_embeddings=512)
+REF_LEN = 64  # right-padded length of the reference full forwards (one compile)
+N = 8
+PROMPT_LENS = (3, 11, 20)
+
+
+def _params(config, seed=0):
+  shapes = jax.eval_shape(lambda: qwen.init_params(config, jax.random.PRNGKey(0)))
+  rs = np.random.RandomState(seed)
+  fill = lambda s: (1.0 + 0.1 * rs.randn(*s.shape) if len(s.shape) == 1
+                    else 0.08 * rs.randn(*s.shape))
+  return jax.tree.map(lambda s: jnp.asarray(fill(s), jnp.float32), shapes)
+
+
+@functools.partial(jax.jit, static_argnames='config')
+def _full_logits(config, params, ids):
+  # Right padding is invisible to earlier tokens under the causal mask, so position
+  # len-1 of a right-padded row equals the unpadded forward's last position.
+  return qwen.Qwen(config).apply({'params': params}, ids)
+
+
+def _reference_logits(params, seqs):
+  """Full-forward float32 logits [B, V] at the last token of each sequence."""
+  ids = np.zeros((len(seqs), REF_LEN), np.int32)
+  for i, s in enumerate(seqs):
+    ids[i, :len(s)] = s
+  logits = np.asarray(_full_logits(CFG, params, jnp.asarray(ids)))
+  return np.stack([logits[i, len(s) - 1] for i, s in enumerate(seqs)])
+
+
+def _log_softmax(x):
+  x = x - x.max(-1, keepdims=True)
+  return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def _np_nucleus(logprobs, top_p):
+  """NumPy top-p set: most probable tokens until their mass reaches top_p."""
+  order = np.argsort(-logprobs)
+  p = np.exp(logprobs[order])
+  before = np.cumsum(p) - p
+  keep = np.zeros(logprobs.shape, bool)
+  keep[order[before < top_p]] = True
+  return keep
+
+
+@pytest.fixture(scope='module')
+def params():
+  return _params(CFG)
+
+
+@pytest.fixture(scope='module')
+def prompts():
+  rs = np.random.RandomState(1)
+  return [rs.randint(0, CFG.vocab_size, n).tolist() for n in PROMPT_LENS]
+
+
+@pytest.fixture(scope='module')
+def greedy(params, prompts):
+  return sampling.generate(CFG, params, prompts, rng=0, max_new_tokens=N,
+                           temperature=0.0, top_p=1.0, stop_token_ids=())
+
+
+def test_greedy_equals_argmax_loop_over_full_forwards(params, prompts, greedy):
+  tokens, logprobs = np.asarray(greedy.tokens), np.asarray(greedy.logprobs)
+  assert tokens.shape == (3, N) and tokens.dtype == np.int32
+  assert logprobs.dtype == np.float32
+  np.testing.assert_array_equal(greedy.lengths, [N] * 3)
+  seqs = [list(p) for p in prompts]
+  for step in range(N):
+    ref = _log_softmax(_reference_logits(params, seqs))
+    chosen = ref.argmax(-1)
+    np.testing.assert_array_equal(tokens[:, step], chosen)
+    np.testing.assert_allclose(logprobs[:, step], ref[np.arange(3), chosen], atol=1e-4)
+    for s, t in zip(seqs, chosen):
+      s.append(int(t))
+
+
+def test_batch_rows_equal_rows_alone(params, prompts, greedy):
+  for i, p in enumerate(prompts):
+    alone = sampling.generate(CFG, params, [p], rng=0, max_new_tokens=N,
+                              temperature=0.0, top_p=1.0, stop_token_ids=())
+    np.testing.assert_array_equal(alone.tokens[0], greedy.tokens[i])
+    np.testing.assert_allclose(alone.logprobs[0], greedy.logprobs[i], atol=1e-5)
+
+
+def test_array_prompts_with_lengths_equal_lists(params, prompts, greedy):
+  arr = np.zeros((3, 24), np.int32)
+  for i, p in enumerate(prompts):
+    arr[i, :len(p)] = p
+  out = sampling.generate(CFG, params, arr, prompt_lengths=PROMPT_LENS, rng=0,
+                          max_new_tokens=N, temperature=0.0, top_p=1.0,
+                          stop_token_ids=())
+  np.testing.assert_array_equal(out.tokens, greedy.tokens)
+
+
+def test_stop_tokens_end_rows_independently(params, prompts, greedy):
+  free = np.asarray(greedy.tokens)
+  stops = {int(free[0, 2]), int(free[1, 5])}
+  pad = 255
+  out = sampling.generate(CFG, params, prompts, rng=0, max_new_tokens=N,
+                          temperature=0.0, top_p=1.0, stop_token_ids=sorted(stops),
+                          pad_token_id=pad)
+  tokens, logprobs, lengths = map(np.asarray, out)
+  expected = []
+  for row in free:
+    hits = [j for j, t in enumerate(row) if t in stops]
+    expected.append(hits[0] + 1 if hits else N)
+  assert len(set(expected)) >= 2 and min(expected) < N  # rows stop at different steps
+  np.testing.assert_array_equal(lengths, expected)
+  for b, n in enumerate(expected):
+    np.testing.assert_array_equal(tokens[b, :n], free[b, :n])  # stop token included
+    if n < N:
+      assert tokens[b, n - 1] in stops
+    np.testing.assert_allclose(logprobs[b, :n], greedy.logprobs[b, :n], atol=1e-5)
+    assert np.all(tokens[b, n:] == pad) and np.all(logprobs[b, n:] == 0.0)
+
+
+def test_sampled_logprobs_are_the_nucleus_distribution(params, prompts):
+  temperature, top_p = 0.7, 0.9
+  out = sampling.generate(CFG, params, prompts[:2], rng=jax.random.PRNGKey(3),
+                          max_new_tokens=N, temperature=temperature, top_p=top_p,
+                          stop_token_ids=())
+  tokens, logprobs = np.asarray(out.tokens), np.asarray(out.logprobs)
+  seqs = [list(p) for p in prompts[:2]]
+  for step in range(N):
+    ref = _log_softmax(_reference_logits(params, seqs) / temperature)
+    for b in range(2):
+      keep = _np_nucleus(ref[b], top_p)
+      assert 1 < keep.sum() < CFG.vocab_size  # a real restriction
+      tok = tokens[b, step]
+      assert keep[tok]
+      renorm = ref[b][keep] - np.log(np.exp(ref[b][keep]).sum())
+      np.testing.assert_allclose(logprobs[b, step],
+                                 renorm[np.flatnonzero(keep) == tok][0], atol=1e-4)
+      seqs[b].append(int(tok))
+  again = sampling.generate(CFG, params, prompts[:2], rng=jax.random.PRNGKey(3),
+                            max_new_tokens=N, temperature=temperature, top_p=top_p,
+                            stop_token_ids=())
+  np.testing.assert_array_equal(again.tokens, tokens)  # deterministic under a key
+  other = sampling.generate(CFG, params, prompts[:2], rng=jax.random.PRNGKey(4),
+                            max_new_tokens=N, temperature=temperature, top_p=top_p,
+                            stop_token_ids=())
+  assert not np.array_equal(other.tokens, tokens)
+
+
+@pytest.mark.parametrize('candidates', [8, 32, 256])
+def test_top_p_on_fixed_logits_matches_numpy(candidates):
+  # 8 candidates < nucleus size: exact full-vocabulary path; 32: top-k fast path with
+  # tokens left outside; 256 >= vocab: top-k over everything.
+  rs = np.random.RandomState(7)
+  logits = (2.0 * rs.randn(64)).astype(np.float32)
+  temperature, top_p = 1.3, 0.8
+  ref = _log_softmax(logits.astype(np.float64) / temperature)
+  keep = _np_nucleus(ref, top_p)
+  assert 8 < keep.sum() < 32
+  mask = sampling.nucleus_mask(jnp.asarray(ref, jnp.float32)[None], jnp.float32(top_p))
+  np.testing.assert_array_equal(np.asarray(mask)[0], keep)
+
+  rows = 4096
+  sample = jax.jit(functools.partial(sampling.sample_tokens, do_sample=True,
+                                     candidates=candidates))
+  tiled = jnp.tile(jnp.asarray(logits)[None], (rows, 1))
+  tokens, lps = sample(tiled, jax.random.PRNGKey(0), jnp.float32(temperature),
+                       jnp.float32(top_p))
+  tokens, lps = np.asarray(tokens), np.asarray(lps)
+  assert keep[tokens].all()  # only nucleus tokens are ever emitted
+  renorm = np.full(64, -np.inf)
+  renorm[keep] = ref[keep] - np.log(np.exp(ref[keep]).sum())
+  np.testing.assert_allclose(lps, renorm[tokens], atol=1e-5)
+  freq = np.bincount(tokens, minlength=64) / rows
+  assert 0.5 * np.abs(freq - np.exp(renorm)).sum() < 0.05  # total variation
+  again, _ = sample(tiled, jax.random.PRNGKey(0), jnp.float32(temperature),
+                    jnp.float32(top_p))
+  np.testing.assert_array_equal(again, tokens)
+  # top_p = 1 keeps the whole vocabulary.
+  assert bool(jnp.all(sampling.nucleus_mask(jnp.asarray(ref)[None], jnp.float32(1.0))))
+  all_tokens, _ = sample(tiled, jax.random.PRNGKey(1), jnp.float32(temperature),
+                         jnp.float32(1.0))
+  assert len(np.unique(np.asarray(all_tokens))) > keep.sum()
+
+
+def test_nucleus_cutoff_with_ties():
+  probs = jnp.asarray([[0.3, 0.2, 0.2, 0.2, 0.1]], jnp.float32)
+  # 0.3 + 0.2 reaches 0.45; the tied 0.2s are kept too.
+  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.45)), [0.2])
+  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.3)), [0.3])
+  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.95)), [0.1])
+
+
+def test_compiles_once_per_bucket(params):
+  # max_new_tokens=3 is used by no other test, so every program here is new.
+  rs = np.random.RandomState(5)
+  prompt = lambda n: rs.randint(0, CFG.vocab_size, n).tolist()
+  gen = functools.partial(sampling.generate, CFG, params, max_new_tokens=3,
+                          stop_token_ids=(1,))
+  start = sampling.compile_count()
+  gen([prompt(4), prompt(10)], rng=0, temperature=0.0, top_p=1.0)
+  assert sampling.compile_count() == start + 1
+  gen([prompt(2), prompt(31)], rng=1, temperature=0.0, top_p=0.5)  # same bucket 32
+  assert sampling.compile_count() == start + 1
+  gen([prompt(9), prompt(1)], rng=2, temperature=0.7, top_p=0.95)  # sampled
+  gen([prompt(30), prompt(5)], rng=3, temperature=1.1, top_p=0.5)
+  assert sampling.compile_count() == start + 2
+  gen([prompt(33), prompt(5)], rng=4, temperature=1.1, top_p=0.5)  # bucket 64
+  assert sampling.compile_count() == start + 3
+  assert sampling.trace_counts()[((2, 64), 3, (8,), True)] == 1
+  assert [sampling.prompt_bucket(n) for n in (1, 32, 33, 64, 65, 1000)] == [
+      32, 32, 64, 64, 128, 1024]
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(prompts=[[1, 2], []]), 'prompt 1 is empty'),
+    (dict(prompts=[]), 'no prompts'),
+    (dict(prompts=[[1, 256]]), 'outside'),
+    (dict(prompts=[[1]], temperature=-1.0), 'temperature'),
+    (dict(prompts=[[1]], top_p=0.0), 'top_p'),
+    (dict(prompts=[[1]], max_new_tokens=0), 'max_new_tokens'),
+    (dict(prompts=[[1] * 500], max_new_tokens=20), 'max_position_embeddings'),
+    (dict(prompts=np.zeros((2, 3), np.int32)), 'prompt_lengths'),
+])
+def test_bad_arguments_raise(kwargs, match):
+  args = dict(rng=0, max_new_tokens=4, temperature=0.0, top_p=1.0)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=match):
+    sampling.generate(CFG, {}, args.pop('prompts'), **args)

@@ -1,0 +1,330 @@
+"""Jitted batched generation with a KV cache (greedy or temperature + top-p).
+
+Shapes and buckets
+------------------
+Prompts are LEFT-padded into a prompt-length bucket P = max(32, next power of two >=
+the longest prompt), so the last prompt column is every row's newest token; each row
+keeps its own RoPE positions (qwen.py's module docstring has the padding/cache rules).
+The cache has P + max_new_tokens slots. Stop ids are padded to a bucket of
+max(8, next power of two) entries. The jitted program is therefore compiled once per
+(batch size B, prompt bucket P, max_new_tokens, stop-id bucket, greedy vs sampled,
+config); temperature, top_p, the rng and the pad id are traced values and never
+recompile. `compile_count()` reports how many programs exist.
+
+Decoding
+--------
+Prefill runs the whole padded prompt through the model with the cache and projects
+only the last position's hidden state to the vocabulary (never [B, P, V] logits).
+Decode then runs inside one `lax.while_loop`, one token per step for all rows, until
+every row has stopped or max_new_tokens tokens exist. A row stops at the first token in
+stop_token_ids; that token is part of its completion (counted in `lengths`); later
+columns of that row hold pad_token_id with logprob 0.
+
+Logprobs
+--------
+Sampling (temperature > 0): logits / temperature, restricted to the top-p nucleus (the
+smallest set of most-probable tokens whose mass reaches top_p; tokens tied with the
+least probable kept token are kept too), renormalized; the returned logprob is the
+chosen token's log-probability under that renormalized distribution, i.e. the
+distribution it was actually drawn from (what PPO/GRPO importance ratios need).
+Greedy (temperature == 0): argmax; the returned logprob is log_softmax(logits) of the
+chosen token at temperature 1 without top-p (the greedy "distribution" is a point mass,
+so its log-probability would be 0 and carry no information).
+
+Randomness and cost
+-------------------
+Step t draws with fold_in(rng, t), one uniform per row (inverse CDF over the kept
+tokens), so a fixed rng reproduces a batch exactly; a sampled row's stream depends on
+the batch shape, while greedy rows are identical alone or batched. Per decode step the
+sampler does O(V) elementwise work per row and one top_k over NUCLEUS_CANDIDATES
+tokens; rows whose nucleus is larger than that add an exact bisection of at most 32
+masked sums. No step sorts the vocabulary (XLA's CPU sort of [64, 151936] takes
+seconds).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vermem_jax.models import qwen
+
+# Smallest prompt bucket (tokens); buckets are powers of two above it, so a run sees
+# at most log2(max prompt / 32) + 1 prompt shapes.
+MIN_PROMPT_BUCKET = 32
+# Candidate tokens of the fast top-p path (one top_k per step instead of full-vocabulary
+# work); rows whose nucleus is larger fall back to the exact full-vocabulary path.
+NUCLEUS_CANDIDATES = 256
+# Smallest stop-id bucket; Qwen chat models need 2-3 stop ids (<|im_end|>,
+# <|endoftext|>), so one bucket covers them.
+MIN_STOP_BUCKET = 8
+
+_TRACES: collections.Counter = collections.Counter()
+
+
+class GenerationOutput(NamedTuple):
+  """Completions of `generate`.
+
+  tokens:   [B, N] int32 completion ids, pad_token_id after a row's stop token.
+  logprobs: [B, N] float32 log-probabilities of those tokens under the sampling
+            distribution (module docstring); 0 after a row's stop token.
+  lengths:  [B] int32 completion lengths in tokens (stop token included).
+  """
+  tokens: jax.Array
+  logprobs: jax.Array
+  lengths: jax.Array
+
+
+def _next_pow2(n: int) -> int:
+  return 1 << max(0, int(n) - 1).bit_length()
+
+
+def prompt_bucket(length: int) -> int:
+  """Prompt-length bucket (tokens) for a longest prompt of `length` tokens."""
+  return max(MIN_PROMPT_BUCKET, _next_pow2(length))
+
+
+def left_pad(prompts: Sequence[Sequence[int]], length: int,
+             pad_token_id: int) -> tuple[np.ndarray, np.ndarray]:
+  """Left-pads token lists to `length`. Returns (tokens [B, L] int32, mask [B, L] int32)."""
+  tokens = np.full((len(prompts), length), pad_token_id, np.int32)
+  mask = np.zeros((len(prompts), length), np.int32)
+  for i, p in enumerate(prompts):
+    if len(p):
+      tokens[i, length - len(p):] = p
+      mask[i, length - len(p):] = 1
+  return tokens, mask
+
+
+def _bits(x):
+  return jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
+
+
+def nucleus_cutoff(probs: jax.Array, top_p: jax.Array,
+                   lo: jax.Array | None = None, hi: jax.Array | None = None
+                   ) -> jax.Array:
+  """Smallest probability inside the top-p nucleus, float32 [B] for probs [B, V].
+
+  The nucleus is {v : probs[v] >= cutoff} with cutoff = the largest q such that
+  sum(probs[probs >= q]) >= top_p; this equals walking the tokens in decreasing
+  probability until the mass reaches top_p (ties with the last kept token kept).
+  Found without a full-vocabulary sort (slow on CPU) by bisecting over the int32 bit
+  patterns of q (non-negative floats order like their bits): at most 32 masked sums,
+  and none for rows whose bracket [lo, hi) (bit patterns) is already one wide.
+  """
+  probs = probs.astype(jnp.float32)
+  if lo is None:
+    lo = jnp.zeros(probs.shape[:-1], jnp.int32)  # mass(probs >= 0) = 1 >= top_p
+  if hi is None:
+    hi = _bits(jnp.max(probs, axis=-1)) + 1
+
+  def cond(bounds):
+    lo, hi = bounds
+    return jnp.any(hi - lo > 1)
+
+  def body(bounds):
+    lo, hi = bounds
+    active = hi - lo > 1
+    mid = lo + (hi - lo) // 2
+    q = jax.lax.bitcast_convert_type(mid, jnp.float32)[..., None]
+    ok = jnp.sum(jnp.where(probs >= q, probs, 0.0), axis=-1) >= top_p
+    return (jnp.where(active & ok, mid, lo), jnp.where(active & ~ok, mid, hi))
+
+  lo, _ = jax.lax.while_loop(cond, body, (lo, hi))
+  return jax.lax.bitcast_convert_type(lo, jnp.float32)
+
+
+def nucleus_mask(logprobs: jax.Array, top_p: jax.Array) -> jax.Array:
+  """Top-p (nucleus) membership, bool [B, V], for normalized logprobs [B, V].
+
+  See `nucleus_cutoff`; top_p >= 1 keeps everything (guards float32 round-off).
+  """
+  probs = jnp.exp(logprobs.astype(jnp.float32))
+  cutoff = nucleus_cutoff(probs, top_p)
+  return (probs >= cutoff[..., None]) | (top_p >= 1.0)
+
+
+def sample_tokens(logits: jax.Array, rng: jax.Array, temperature: jax.Array,
+                  top_p: jax.Array, do_sample: bool,
+                  candidates: int = NUCLEUS_CANDIDATES
+                  ) -> tuple[jax.Array, jax.Array]:
+  """One token per row from float32 logits [B, V] -> (tokens [B] int32, logprobs [B]).
+
+  Greedy (not do_sample): the first maximal logit (top_k, faster than argmax on CPU);
+  logprob = log_softmax at temperature 1. Sampled: temperature + top-p, logprob under
+  the renormalized nucleus distribution (module docstring), drawn by inverse CDF with
+  one uniform per row (so a row's stream depends on the batch shape). The nucleus
+  cutoff comes from one top_k over `candidates` tokens for rows whose nucleus lies
+  strictly inside them, and from the exact bisection (`nucleus_cutoff`) otherwise.
+  No lax.cond here: on CPU a conditional stops XLA from lowering top_k to its fast
+  TopK kernel (it falls back to a full sort).
+  """
+  logits = logits.astype(jnp.float32)
+  if not do_sample:
+    top, idx = jax.lax.top_k(logits, 1)
+    logprob = top[:, 0] - jax.nn.logsumexp(logits, axis=-1)
+    return idx[:, 0].astype(jnp.int32), logprob
+
+  logp = jax.nn.log_softmax(logits / temperature, axis=-1)
+  probs = jnp.exp(logp)
+  vocab = logp.shape[-1]
+  top_lp, _ = jax.lax.top_k(logp, min(candidates, vocab))
+  top_prob = jnp.exp(top_lp)
+  mass_before = jnp.cumsum(top_prob, axis=-1) - top_prob
+  num_keep = jnp.maximum(jnp.sum(mass_before < top_p, axis=-1, keepdims=True), 1)
+  cutoff = jnp.take_along_axis(top_prob, num_keep - 1, axis=-1)[:, 0]
+  if candidates >= vocab:
+    resolved = jnp.ones(cutoff.shape, bool)
+  else:  # every token outside the candidates must be strictly below the cutoff
+    resolved = top_prob[:, -1] < cutoff
+  resolved = resolved | (top_p >= 1.0)  # keeps everything; no cutoff needed
+  lo = jnp.where(resolved, _bits(cutoff), 0)
+  hi = jnp.where(resolved, lo + 1, _bits(top_prob[:, 0]) + 1)
+  cutoff = nucleus_cutoff(probs, top_p, lo, hi)
+  keep = (probs >= cutoff[:, None]) | (top_p >= 1.0)
+
+  kept = jnp.where(keep, probs, 0.0)
+  cum = jnp.cumsum(kept, axis=-1)
+  total = cum[:, -1]
+  target = jax.random.uniform(rng, total.shape) * total
+  tokens = jnp.sum(cum <= target[:, None], axis=-1).astype(jnp.int32)
+  # Round-off guard: never step past the last kept token.
+  last_kept = vocab - 1 - jnp.argmax(keep[:, ::-1], axis=-1).astype(jnp.int32)
+  tokens = jnp.minimum(tokens, last_kept)
+  chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
+  return tokens, chosen - jnp.log(total)
+
+
+@functools.partial(jax.jit,
+                   static_argnames=('config', 'max_new_tokens', 'do_sample'))
+def _generate_jit(params, tokens, mask, rng, temperature, top_p, stop_ids, pad_id, *,
+                  config: qwen.QwenConfig, max_new_tokens: int, do_sample: bool):
+  _TRACES[(tokens.shape, max_new_tokens, stop_ids.shape, do_sample)] += 1
+  batch, prompt_len = tokens.shape
+  model = qwen.Qwen(config)
+  variables = {'params': params}
+
+  cache = qwen.init_cache(config, batch, prompt_len + max_new_tokens)
+  hidden, cache = model.apply(variables, tokens, attention_mask=mask, cache=cache,
+                              return_hidden=True)
+  logits = qwen.lm_head_logits(config, params, hidden[:, -1])
+  tok, lp = sample_tokens(logits, jax.random.fold_in(rng, 0), temperature, top_p,
+                          do_sample)
+  out_tokens = jnp.full((batch, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(tok)
+  out_logprobs = jnp.zeros((batch, max_new_tokens), jnp.float32).at[:, 0].set(lp)
+  done = jnp.isin(tok, stop_ids)
+  lengths = jnp.ones((batch,), jnp.int32)
+
+  def cond(state):
+    step, _, _, done, _, _, _ = state
+    return (step < max_new_tokens) & ~jnp.all(done)
+
+  def body(state):
+    step, cache, prev, done, out_tokens, out_logprobs, lengths = state
+    hidden, cache = model.apply(variables, prev[:, None],
+                                attention_mask=(~done)[:, None].astype(jnp.int32),
+                                cache=cache, return_hidden=True)
+    logits = qwen.lm_head_logits(config, params, hidden[:, 0])
+    tok, lp = sample_tokens(logits, jax.random.fold_in(rng, step), temperature, top_p,
+                            do_sample)
+    tok = jnp.where(done, pad_id, tok)
+    lp = jnp.where(done, 0.0, lp)
+    out_tokens = jax.lax.dynamic_update_slice(out_tokens, tok[:, None], (0, step))
+    out_logprobs = jax.lax.dynamic_update_slice(out_logprobs, lp[:, None], (0, step))
+    lengths = lengths + (~done).astype(jnp.int32)
+    done = done | jnp.isin(tok, stop_ids)
+    return step + 1, cache, tok, done, out_tokens, out_logprobs, lengths
+
+  state = (jnp.asarray(1, jnp.int32), cache, tok, done, out_tokens, out_logprobs,
+           lengths)
+  _, _, _, _, out_tokens, out_logprobs, lengths = jax.lax.while_loop(cond, body, state)
+  return out_tokens, out_logprobs, lengths
+
+
+def compile_count() -> int:
+  """Number of compiled generation programs in this process (one per shape bucket)."""
+  return _generate_jit._cache_size()  # pylint: disable=protected-access
+
+
+def trace_counts() -> dict:
+  """Traces of the generation program per (prompt shape, N, stop bucket, sampled)."""
+  return dict(_TRACES)
+
+
+def generate(config: qwen.QwenConfig, params: Any,
+             prompts: Sequence[Sequence[int]] | np.ndarray, *, rng: Any,
+             max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
+             stop_token_ids: Sequence[int] = (), pad_token_id: int = 0,
+             prompt_lengths: Sequence[int] | None = None) -> GenerationOutput:
+  """Samples completions for a batch of prompts with a KV cache.
+
+  Args:
+    config: model config.
+    params: parameter tree (plain arrays, possibly sharded).
+    prompts: list of B token-id lists (lengths may differ), or a [B, T] int array
+      whose row b holds its prompt in the first prompt_lengths[b] columns.
+    rng: a jax PRNG key (or an int seed); unused when greedy.
+    max_new_tokens: N, the completion capacity in tokens.
+    temperature: 0 = greedy; > 0 scales the logits (SPEC §4: 0.7 for RL rollouts).
+    top_p: nucleus mass in (0, 1] (SPEC §4: 0.95); ignored when greedy.
+    stop_token_ids: ids that end a row (the stop token is returned).
+    pad_token_id: id used for prompt padding (never attended) and for the columns
+      after a row stopped.
+    prompt_lengths: [B] real lengths when `prompts` is an array.
+  Returns:
+    GenerationOutput(tokens [B, N] int32, logprobs [B, N] float32, lengths [B] int32)
+    as jax arrays; see the module docstring for the logprob definition.
+  Raises:
+    ValueError: empty batch or prompt, ids outside [0, vocab_size), bad temperature /
+      top_p / max_new_tokens, or prompt + N beyond max_position_embeddings.
+  """
+  if isinstance(prompts, (np.ndarray, jax.Array)):
+    arr = np.asarray(prompts)
+    if arr.ndim != 2:
+      raise ValueError(f'generate: prompt array must be [B, T], got {arr.shape}')
+    if prompt_lengths is None:
+      raise ValueError('generate: a prompt array needs prompt_lengths')
+    if len(prompt_lengths) != arr.shape[0]:
+      raise ValueError(f'generate: {len(prompt_lengths)} prompt_lengths for '
+                       f'{arr.shape[0]} prompts')
+    prompts = [arr[i, :int(n)].tolist() for i, n in enumerate(prompt_lengths)]
+  prompts = [list(map(int, p)) for p in prompts]
+  if not prompts:
+    raise ValueError('generate: no prompts')
+  for i, p in enumerate(prompts):
+    if not p:
+      raise ValueError(f'generate: prompt {i} is empty')
+    if min(p) < 0 or max(p) >= config.vocab_size:
+      raise ValueError(f'generate: prompt {i} has token ids outside '
+                       f'[0, {config.vocab_size})')
+  if int(max_new_tokens) != max_new_tokens or max_new_tokens < 1:
+    raise ValueError(f'generate: max_new_tokens must be a positive int, got '
+                     f'{max_new_tokens!r}')
+  if not temperature >= 0:
+    raise ValueError(f'generate: temperature must be >= 0, got {temperature!r}')
+  if not 0 < top_p <= 1:
+    raise ValueError(f'generate: top_p must be in (0, 1], got {top_p!r}')
+  longest = max(len(p) for p in prompts)
+  if longest + max_new_tokens > config.max_position_embeddings:
+    raise ValueError(f'generate: prompt ({longest}) + max_new_tokens ({max_new_tokens}) '
+                     f'exceeds max_position_embeddings ({config.max_position_embeddings})')
+
+  tokens, mask = left_pad(prompts, prompt_bucket(longest), pad_token_id)
+  stop = sorted(set(int(s) for s in stop_token_ids))
+  stop_ids = np.full((max(MIN_STOP_BUCKET, _next_pow2(len(stop))),), -1, np.int32)
+  stop_ids[:len(stop)] = stop
+  if isinstance(rng, (int, np.integer)):
+    rng = jax.random.PRNGKey(int(rng))
+  do_sample = temperature > 0
+  out_tokens, out_logprobs, lengths = _generate_jit(
+      params, jnp.asarray(tokens), jnp.asarray(mask), rng,
+      jnp.asarray(temperature if do_sample else 1.0, jnp.float32),
+      jnp.asarray(top_p, jnp.float32), jnp.asarray(stop_ids),
+      jnp.asarray(pad_token_id, jnp.int32),
+      config=config, max_new_tokens=int(max_new_tokens), do_sample=do_sample)
+  return GenerationOutput(out_tokens, out_logprobs, lengths)
