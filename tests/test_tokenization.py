@@ -183,3 +183,13 @@ def test_load_errors(tmp_path):
   empty.mkdir()
   with pytest.raises(ValueError, match="empty_dir"):
     load_tokenizer(empty)
+
+
+def test_qwen_tokenizer_declares_newline_split_for_fast_policy_render(qwen25_tokenizer_dir):
+  """g(s) takes its per-line fast path only for counters that declare the property."""
+  from vermem_jax.memory import token_count as tc
+  tok = load_tokenizer(qwen25_tokenizer_dir)
+  assert tok.splits_after_newline is True
+  a, b = "Retrieve(query=\"x\")  ", "[c3] Paris is 2,140 km away."
+  assert tok.count_tokens(a + "\n" + b) == tok.count_tokens(a + "\n") + tok.count_tokens(b)
+  assert tc.tokenizer_json_splits_after_newline({"model": {"type": "WordPiece"}}) is False

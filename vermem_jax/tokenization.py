@@ -22,6 +22,8 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from vermem_jax.memory import token_count
+
 # Special tokens that end a completion in the Qwen chat format (HF tokenizer_config of
 # Qwen2.5/Qwen3: `<|im_end|>` is eos of the instruct models, `<|endoftext|>` of the base).
 STOP_TOKEN_STRINGS = ("<|im_end|>", "<|endoftext|>")
@@ -145,6 +147,11 @@ class HFTokenizer(Tokenizer):
       raise ValueError(f"cannot load a Hugging Face tokenizer from {path!r}: {e}") from e
     self.path = path
     self._backend = getattr(self.hf, "backend_tokenizer", None)
+    # g(s) (memory.serialization) sums per-line counts instead of recounting the whole
+    # render when the counter is proven to split after newlines; see memory.token_count.
+    self.splits_after_newline = (
+        self._backend is not None and token_count.tokenizer_json_splits_after_newline(
+            json.loads(self._backend.to_str())))
     self.vocab_size = len(self.hf)
     eos = self.hf.eos_token_id
     if eos is None:

@@ -8,12 +8,16 @@ parsed, executed and the next policy input g(s) rendered (limit 8,192 tokens).
 
 Usage:
   .venv/bin/python experiments/benchmarks/bench_memory.py [--decisions 20000]
-      [--tokenizer qwen2.5|none] [--question 0]
+      [--tokenizer qwen2.5|none] [--question 0] [--reference]
 
 CPU seconds (time.process_time) are the figure to compare across machines: on a shared
 machine the wall-clock rate also counts time spent waiting for a core. Prints
-decisions/second with the whitespace counter and (unless --tokenizer none) with
-the Qwen2.5 tokenizer counter (transformers AutoTokenizer on the shared tokenizer files).
+decisions/second (CPU and wall) with the whitespace counter and, unless --tokenizer
+none, with the Qwen2.5 tokenizer counter as users pass it (`load_tokenizer(...)
+.count_tokens`, which declares nothing: g(s) recounts its whole output) and the same
+counter declaring `splits_after_newline` (g(s) sums cached per-line counts). With
+--reference each counter also runs the uncached reference g(s) and the speedup over it
+is printed (same decisions, same outputs).
 """
 import argparse
 import json
@@ -25,6 +29,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
 
 from vermem_jax import memory as mm  # noqa: E402
 from vermem_jax import paths  # noqa: E402
+from vermem_jax import tokenization  # noqa: E402
+from vermem_jax.memory import serialization  # noqa: E402
+from vermem_jax.memory import token_count  # noqa: E402
 
 
 def build_state(example, count_tokens, cfg, n_entries=30):
@@ -68,57 +75,94 @@ def script(s, example):
   ]
 
 
-def bench(example, count_tokens, n_decisions, label):
+def bench(example, count_tokens, n_decisions, label, render):
+  """Runs rollouts of the script until `n_decisions`; returns decisions per CPU-s.
+
+  Every rollout starts from the shared initial state with its own task-state text (as
+  K rollouts of a real batch diverge), so no policy input repeats between rollouts and
+  memoized whole-text counts never hit; per-record caches do, as in training.
+  """
   cfg = mm.ExecutorConfig()
   base = build_state(example, count_tokens, cfg)
   cmds = script(base, example)
-  # Warm-up rollout also checks that the script does what it should.
+  x = render(base, count_tokens, allowed_ops=cfg.ops, limit=cfg.policy_input_limit,
+             shares=cfg.policy_view_shares, context_budget=cfg.context_budget)
+  # Warm-up rollout (fills the caches as the first of K rollouts would) also checks
+  # that the script does what it should.
   s = base
   outcomes = []
   for text in cmds:
     t = mm.execute(s, text, cfg, count_tokens)
     outcomes.append(t.accepted)
     s = t.state_after
+    render(s, count_tokens, allowed_ops=cfg.ops, limit=cfg.policy_input_limit,
+           shares=cfg.policy_view_shares, context_budget=cfg.context_budget)
   assert outcomes == [True] * 8 + [False], outcomes
-  x = mm.render_policy_input(base, count_tokens, allowed_ops=cfg.ops,
-                             limit=cfg.policy_input_limit)
   n = 0
+  rollout = 0
   c0 = time.process_time()
   t0 = time.perf_counter()
   while n < n_decisions:
-    s = base
+    rollout += 1
+    s = mm.set_task_state(base, f'all 10 paragraphs read (rollout {rollout})')
     for text in cmds:
       t = mm.execute(s, text, cfg, count_tokens)  # parses the text itself
       s = t.state_after
-      mm.render_for_config(s, count_tokens, cfg)
+      render(s, count_tokens, allowed_ops=cfg.ops, limit=cfg.policy_input_limit,
+             shares=cfg.policy_view_shares, context_budget=cfg.context_budget)
       n += 1
   dt = time.perf_counter() - t0
   cpu = time.process_time() - c0
-  print(f'{label:>12}: {n / cpu:10.0f} decisions per CPU-second, {n / dt:10.0f} per '
+  print(f'{label:>28}: {n / cpu:9.0f} decisions per CPU-second, {n / dt:9.0f} per '
         f'wall second ({n} decisions, {cpu:.2f} s CPU, {dt:.2f} s wall; state: '
         f'{len(base.M)} LTM entries, {len(base.C)} C items '
         f'({base.context_tokens()} tokens), {len(base.H)} H events; '
-        f'g(s) = {count_tokens(x)} tokens)')
+        f'g(s) = {count_tokens(x)} tokens; cost model '
+        f'{serialization.cost_model(count_tokens)})', flush=True)
   return n / cpu
 
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   p.add_argument('--decisions', type=int, default=20000)
-  p.add_argument('--tokenizer', default='qwen2.5')
+  p.add_argument('--tokenizer', default='qwen2.5',
+                 help="tokenizer folder name under the data dir, or 'none'")
   p.add_argument('--question', type=int, default=0)
+  p.add_argument('--reference', action='store_true',
+                 help='also run the uncached reference g(s) '
+                      '(serialization.render_policy_input_reference) and print '
+                      'the speedup of the cached path over it')
   args = p.parse_args()
   with open(os.path.join(paths.hotpotqa_dir(), 'train_sample.json')) as f:
     example = json.load(f)[args.question]
-  ws = bench(example, mm.count_whitespace_tokens, args.decisions, 'whitespace')
+  counters = [('whitespace', mm.count_whitespace_tokens, args.decisions)]
   if args.tokenizer != 'none':
-    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
-    tok = AutoTokenizer.from_pretrained(paths.tokenizer_dir(args.tokenizer))
-
-    def qwen_count(text):
-      return len(tok.encode(text, add_special_tokens=False))
-    qw = bench(example, qwen_count, max(200, args.decisions // 50), args.tokenizer)
-    print(f'ratio whitespace/{args.tokenizer}: {ws / qw:.1f}x')
+    tok = tokenization.load_tokenizer(paths.tokenizer_dir(args.tokenizer))
+    # What users pass today (Tokenizer.count_tokens: memoized, declares nothing, so
+    # g(s) recounts its whole output every call) ...
+    counters.append((args.tokenizer, tok.count_tokens, max(200, args.decisions // 50)))
+    # ... and the same counter declaring splits_after_newline where its tokenizer.json
+    # meets the premises of the proof in vermem_jax/memory/token_count.py (Qwen does).
+    proven = token_count.tokenizer_json_splits_after_newline(
+        json.loads(tok.hf.backend_tokenizer.to_str()))
+    declared = token_count.declare(tok.count_tokens, splits_after_newline=proven)
+    counters.append((f'{args.tokenizer}+splits_after_newline', declared,
+                     max(1000, args.decisions // 4)))
+  rates = {}
+  for label, counter, n in counters:
+    rates[label] = bench(example, counter, n, label, serialization.render_policy_input)
+    if args.reference:
+      ref = bench(example, counter, max(200, n // 20), label + ' reference',
+                  serialization.render_policy_input_reference)
+      print(f'{"":>28}  speedup over the uncached reference g(s): '
+            f'{rates[label] / ref:.1f}x')
+  if args.tokenizer != 'none':
+    ws = rates['whitespace']
+    for label, rate in rates.items():
+      if label != 'whitespace':
+        print(f'ratio whitespace / {label}: {ws / rate:.1f}x')
+    print(f'speedup of declaring splits_after_newline: '
+          f'{rates[f"{args.tokenizer}+splits_after_newline"] / rates[args.tokenizer]:.1f}x')
 
 
 if __name__ == '__main__':

@@ -2,8 +2,10 @@
 
 Uses the `bm25s` library (Lucene BM25 variant, k1/b from ExecutorConfig). The index is
 built over the *active* entries only (so IDF reflects what can be retrieved) and cached
-by the exact (id, current content) sequence of those entries, so rollouts that share a
-memory state, or successive Retrieves without an LTM change, reuse it.
+by the identity of those (immutable) entries, so rollouts that share a memory state, or
+successive Retrieves without an LTM change, reuse it; each cached index also memoizes
+the ranking of the last `_QUERY_MEMO_SIZE` distinct query term sequences (K rollouts of
+one state often issue the same Retrieve).
 
 `memory` must not import JAX, but `bm25s.selection` imports `jax.lax` (and runs a
 `top_k` on it) at import time when JAX is installed. `_bm25s()` therefore imports bm25s
@@ -22,6 +24,7 @@ import sys
 
 _WORD = re.compile(r'\w+')
 _CACHE_SIZE = 512
+_QUERY_MEMO_SIZE = 64  # rankings kept per index (decision)
 _cache = collections.OrderedDict()
 
 
@@ -65,19 +68,20 @@ def _terms(text):
 
 
 def _index(entries, k1, b):
+  """(retriever, query memo) for `entries`, cached by the identity of the entries."""
   # Entries are immutable: the same objects mean the same texts. The cache value keeps
   # the entries alive, so their ids cannot be reused while the key exists.
   key = (k1, b, tuple(map(id, entries)))
   hit = _cache.get(key)
   if hit is not None:
     _cache.move_to_end(key)
-    return hit[1]
+    return hit[1], hit[2]
   retriever = _bm25s().BM25(k1=k1, b=b)
   retriever.index([tokenize(e.content) for e in entries], show_progress=False)
-  _cache[key] = (entries, retriever)
+  _cache[key] = (entries, retriever, {})
   if len(_cache) > _CACHE_SIZE:
     _cache.popitem(last=False)
-  return retriever
+  return retriever, _cache[key][2]
 
 
 def rank(entries, query, top_k, k1=1.5, b=0.75):
@@ -95,10 +99,19 @@ def rank(entries, query, top_k, k1=1.5, b=0.75):
   """
   if not entries or top_k <= 0:
     return []
-  terms = tokenize(query)
+  terms = _terms(query)
   if not terms:
     return []
-  scores = _index(tuple(entries), k1, b).get_scores(terms)
-  order = sorted((i for i in range(len(entries)) if scores[i] > 0),
-                 key=lambda i: (-float(scores[i]), i))
-  return [(entries[i], float(scores[i])) for i in order[:top_k]]
+  entries = tuple(entries)
+  retriever, memo = _index(entries, k1, b)
+  # Rollouts that share a memory state often issue the same query: the ranking of an
+  # index for given terms never changes, so it is memoized with the index.
+  ranked = memo.get(terms)
+  if ranked is None:
+    scores = retriever.get_scores(list(terms))
+    order = sorted((i for i in range(len(entries)) if scores[i] > 0),
+                   key=lambda i: (-float(scores[i]), i))
+    ranked = memo[terms] = tuple((i, float(scores[i])) for i in order)
+    if len(memo) > _QUERY_MEMO_SIZE:
+      memo.pop(next(iter(memo)))
+  return [(entries[i], score) for i, score in ranked[:top_k]]

@@ -28,20 +28,37 @@ State text is data: every text is a JSON string literal (quotes, backslashes, ne
 escaped), so an observation that reads like a command can only appear inside quotes
 and can never close the quoted string or the STATE block; nothing here is ever executed.
 
-Never over the limit: line counts are cached per immutable record; for counters with
-`additive_over_lines` the piecewise sum is exact; for others the whole string is
-recounted and, if over, rendered again with a smaller R until it fits. If even the
-fixed part does not fit, q and the task state are shortened (marked "...[truncated]").
-Raises ValueError when the instruction block and headers alone exceed the limit.
+Never over the limit. Each piece of the text (instruction block, task block, header,
+record line) has a token cost under the counter's cost model (see `cost_model` and
+vermem_jax/memory/token_count.py for the declarations):
+- ADDITIVE (`additive_over_lines`): cost = count(piece); newlines are free.
+- SPLITS (`splits_after_newline`): cost = count(piece + "\n") for every piece but the
+  last. Every piece of g(s) starts with a non-whitespace character ('[', a letter,
+  '-'), so by the declaration count(p1 + "\n" + ... + "\n" + pn) =
+  count(p1 + "\n") + ... + count(p(n-1) + "\n") + count(pn) (induction on n, with
+  a = p1 and b = the rest): the sum is exact.
+- GENERIC (no declaration): cost = count(piece), plus count("\n") per join, as an
+  estimate only; the whole text is recounted (memoized by text) and, if over, rendered
+  again with a smaller R until it fits.
+For ADDITIVE and SPLITS the exact sum is the count, so no whole-text recount is needed;
+the first renders of each declared counter and then one in `_AUDIT_EVERY` are
+recounted anyway, and a mismatch (a false declaration) demotes that counter to GENERIC
+with a RuntimeWarning. If even the fixed part does not fit, q and the task state are
+shortened (marked "...[truncated]"). Raises ValueError when the instruction block and
+headers alone exceed the limit. `render_policy_input_reference` is the same
+specification without any cache (tests check the outputs are identical).
 
-Speed: rendered lines and their counts are cached on the immutable records, whole
-sections (M, C, H tuples) in a small LRU keyed by identity, and an H that grew by one
-event reuses the previous H's rendering.
+Speed: rendered lines and their costs are cached on the immutable records (computed
+once per record and counter), whole sections (M, C, H tuples) in a small LRU keyed by
+identity that holds only pointers, and an H that grew by one event reuses the previous
+H's lines. With a declared counter, g(s) calls the tokenizer only for records it has
+not seen before.
 """
 
 import collections
 import functools
 import json
+import warnings
 
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import state as st
@@ -69,24 +86,38 @@ _SYNTAX = {
     cmds.NULL: ('∅', 'change nothing'),
 }
 
-# Per-counter caches: token counts of short texts (instruction, task block, headers)
-# and an LRU of rendered sections (which hold their record tuples and joined text, so
-# they are bounded by count: about `_SECTION_CACHE_MAX` recent M/C/H tuples, enough for
-# every live episode of a rollout batch).
+# Per-counter caches: token costs of short texts (instruction, task block, headers)
+# and an LRU of rendered sections (which hold their record tuples and lists of line
+# pointers, so they are bounded by count: about `_SECTION_CACHE_MAX` recent M/C/H
+# tuples, enough for every live episode of a rollout batch).
 _TEXT_CACHE_MAX = 50_000
 _SECTION_CACHE_MAX = 2048
-_caches = {}
+# Whole-output counts of undeclared counters, memoized by text (the same g(s) is rendered
+# for every rollout that shares a state); each key is a ~20k-character string.
+_FULL_CACHE_MAX = 256
+# Audits of declared counters (defence in depth; the declaration is what g(s) relies
+# on): the first renders of each counter, then one in `_AUDIT_EVERY`, are recounted
+# whole and a mismatch demotes the counter to the undeclared (recounting) path.
+_AUDIT_FIRST = 1
+_AUDIT_EVERY = 4096
+
+# Cost models of a counter (token_count declarations):
+ADDITIVE = 'additive'  # cost(line) = count(line); "\n" is free; the sum is exact.
+SPLITS = 'splits'  # cost(line) = count(line + "\n") (last line: count(line)); exact.
+GENERIC = 'generic'  # estimate count(line) + count("\n") per join; whole text recounted.
 
 
-def _cache_for(count_tokens):
-  caches = _caches.get(count_tokens)
-  if caches is None:
-    if len(_caches) > 16:
-      _caches.clear()
-    caches = _caches[count_tokens] = ({}, collections.OrderedDict())
-  elif len(caches[0]) > _TEXT_CACHE_MAX:
-    caches[0].clear()
-  return caches
+def cost_model(count_tokens):
+  """The cost model g(s) uses for `count_tokens` (ADDITIVE, SPLITS or GENERIC).
+
+  Declarations are read from the callable, or for a bound method from the object it
+  is bound to (so a tokenizer instance can declare for its `count_tokens` method).
+  """
+  if token_count.is_additive(count_tokens):
+    return ADDITIVE
+  if token_count.splits_after_newline(count_tokens):
+    return SPLITS
+  return GENERIC
 
 
 # JSON string literal with non-ASCII kept (what json.dumps(ensure_ascii=False) writes for
@@ -113,41 +144,46 @@ def instruction_block(allowed_ops):
   return '\n'.join(lines)
 
 
-_slots = {}
 _next_slot = [0]
 
 
-def _slot_for(count_tokens):
-  """Name of the per-record cache attribute of one counter ('_g<n>').
-
-  Names are never reused (a stale attribute of a forgotten counter can never be read
-  as another counter's count). Pass the same counter object (or bound method) each
-  call; a fresh closure per call gets no caching.
-  """
-  slot = _slots.get(count_tokens)
-  if slot is None:
-    if len(_slots) > 64:
-      _slots.clear()
-    slot = _slots[count_tokens] = f'_g{_next_slot[0]}'
-    _next_slot[0] += 1
+def _new_slot():
+  """A fresh per-record cache attribute name ('_g<n>'), never reused: a stale
+  attribute of a forgotten counter (or of a demoted cost model) can never be read as
+  another counter's count."""
+  slot = f'_g{_next_slot[0]}'
+  _next_slot[0] += 1
   return slot
 
 
 class _Counter:
-  """Cached token counts for one counter.
+  """Cached token costs for one counter under one cost model.
 
   Records are immutable and shared between states, so a record's rendered line and
-  its token count are computed once and kept on the record itself (in its instance
+  its token cost are computed once and kept on the record itself (in its instance
   `__dict__` under a per-counter name; not a dataclass field, so equality, hashing,
   JSON and pickling — see state._Record — ignore it). Sections (the M, C and H tuples)
-  are cached by identity.
+  are cached by identity. Pass the same counter object (or bound method) each call; a
+  fresh closure per call gets no caching.
   """
 
-  def __init__(self, count_tokens):
+  def __init__(self, count_tokens, model):
     self.count = count_tokens
-    self.texts, self.sections = _cache_for(count_tokens)
-    self.slot = _slot_for(count_tokens)
-    self.additive = token_count.is_additive(count_tokens)
+    self.model = model
+    self.exact = model != GENERIC
+    self.texts = {}
+    self.sections = collections.OrderedDict()
+    self.full = collections.OrderedDict()
+    self.slot = _new_slot()
+    self.renders = 0
+    if model == SPLITS:
+      self.cost = self._cost_with_newline
+    else:
+      self.cost = count_tokens
+    self.sep = self.count('\n') if model == GENERIC else 0
+
+  def _cost_with_newline(self, line):
+    return self.count(line + '\n')
 
   def context_tokens(self, state):
     """Tokens of C_t (cached per C tuple)."""
@@ -159,17 +195,42 @@ class _Counter:
     return hit[1]
 
   def text(self, text):
+    """Cost of a piece of g(s) that a newline follows."""
     hit = self.texts.get(text)
     if hit is None:
-      hit = self.texts[text] = self.count(text)
+      if len(self.texts) > _TEXT_CACHE_MAX:
+        self.texts.clear()
+      hit = self.texts[text] = self.cost(text)
+    return hit
+
+  def last(self, text):
+    """Cost of the final piece of g(s) (no newline after it)."""
+    key = ('last', text)
+    hit = self.texts.get(key)
+    if hit is None:
+      hit = self.texts[key] = self.count(text)
+    return hit
+
+  def total(self, text):
+    """count_tokens of a whole g(s) text (undeclared counters), memoized by text."""
+    full = self.full
+    hit = full.get(text)
+    if hit is None:
+      hit = full[text] = self.count(text)
+      if len(full) > _FULL_CACHE_MAX:
+        full.popitem(last=False)
+    else:
+      full.move_to_end(text)
     return hit
 
   def section(self, records, variant, make_line, keep=None, newest_first=False):
     """Cached view of one section (the M, C or H tuple).
 
     Returns:
-      (lines, total, joined): [(line, tokens)] in record order, their token sum, and
-      the lines joined by newlines (newest first when `newest_first`).
+      (lines, total, strs): [(line, tokens)] in record order, their token sum, and
+      the line strings in output order (newest first when `newest_first`). Only
+      pointers are cached (the line strings live on the records), so the cache stays
+      small however long the sections grow.
     """
     key = ('s', variant, id(records))
     hit = self.sections.get(key)
@@ -185,41 +246,45 @@ class _Counter:
         line = self._line(records[-1], slot, make_line)
         lines = prev[1] + [line]
         total = prev[2] + line[1]
-        if newest_first:
-          joined = line[0] + '\n' + prev[3] if prev[3] else line[0]
-        else:
-          joined = prev[3] + '\n' + line[0] if prev[3] else line[0]
-        return self._store(key, variant, records, lines, total, joined)
+        strs = [line[0]] + prev[3] if newest_first else prev[3] + [line[0]]
+        return self._store(key, variant, records, lines, total, strs)
     if keep is None:
       lines = [r.__dict__.get(slot) or self._line(r, slot, make_line)
                for r in records]
-    else:
+    else:  # keep is a status: only records with that status are shown
       lines = [r.__dict__.get(slot) or self._line(r, slot, make_line)
-               for r in records if keep(r)]
-    total = sum(t for _, t in lines)
-    order = reversed(lines) if newest_first else lines
-    joined = '\n'.join(l for l, _ in order)
-    return self._store(key, variant, records, lines, total, joined)
+               for r in records if r.status == keep]
+    total = sum([t for _, t in lines])
+    strs = [l for l, _ in lines]
+    if newest_first:
+      strs.reverse()
+    return self._store(key, variant, records, lines, total, strs)
 
   def _line(self, r, slot, make_line):
     line = r.__dict__.get(slot)
     if line is None:
       text = make_line(r)
-      line = r.__dict__[slot] = (text, self.count(text))
+      line = r.__dict__[slot] = (text, self.cost(text))
     return line
 
-  def _store(self, key, variant, records, lines, total, joined):
-    value = (records, lines, total, joined)
+  def _store(self, key, variant, records, lines, total, strs):
+    value = (records, lines, total, strs)
     sections = self.sections
     sections[key] = value
     if records:
       sections[('p', variant, id(records[-1]))] = value
     while len(sections) > _SECTION_CACHE_MAX:
       sections.popitem(last=False)
-    return lines, total, joined
+    return lines, total, strs
+
+  def audit_due(self):
+    self.renders += 1
+    return self.exact and (self.renders <= _AUDIT_FIRST or
+                           self.renders % _AUDIT_EVERY == 0)
 
 
 _counters = {}
+_demoted = set()
 
 
 def _counter_for(count_tokens):
@@ -227,9 +292,22 @@ def _counter_for(count_tokens):
   if counter is None:
     if len(_counters) > 16:
       _counters.clear()
-    counter = _counters[count_tokens] = _Counter(count_tokens)
-  elif len(counter.texts) > _TEXT_CACHE_MAX:
-    counter.texts.clear()
+    model = GENERIC if count_tokens in _demoted else cost_model(count_tokens)
+    counter = _counters[count_tokens] = _Counter(count_tokens, model)
+  return counter
+
+
+def _demote(count_tokens, estimate, actual):
+  """A declared counter miscounted g(s): use the recounting path from now on."""
+  warnings.warn(
+      f'token counter {count_tokens!r} declares additive_over_lines or '
+      f'splits_after_newline, but a policy input summed to {estimate} tokens and '
+      f'counts {actual}; g(s) now recounts every output of this counter',
+      RuntimeWarning, stacklevel=3)
+  if len(_demoted) > 64:
+    _demoted.clear()
+  _demoted.add(count_tokens)
+  counter = _counters[count_tokens] = _Counter(count_tokens, GENERIC)
   return counter
 
 
@@ -283,8 +361,7 @@ def _render(state, counter, allowed_ops, limit, shares, context_budget, shrink,
     (text, estimate, room): `estimate` is the piecewise token sum (exact for
     additive counters); `room` the tokens that were available to the M/C/H views.
   """
-  additive = counter.additive
-  sep = 0 if additive else max(counter.text('\n'), 0)
+  sep = counter.sep
   instr = _instruction_cached(tuple(allowed_ops))
   q, ts = state.q, state.task_state
   if q_chars is not None:
@@ -293,10 +370,10 @@ def _render(state, counter, allowed_ops, limit, shares, context_budget, shrink,
   task = _task_block(q, ts)
   tail = 'STATE END\nCommand:'
 
-  m_lines, m_need, m_joined = counter.section(state.M, 'm', _m_line, keep=_is_active)
-  c_lines, c_need, c_joined = counter.section(state.C, 'c', _c_line)
-  h_lines, h_need, h_joined = counter.section(state.H, 'h', _h_line,
-                                              newest_first=True)
+  m_lines, m_need, m_strs = counter.section(state.M, 'm', _m_line, keep=st.ACTIVE)
+  c_lines, c_need, c_strs = counter.section(state.C, 'c', _c_line)
+  h_lines, h_need, h_strs = counter.section(state.H, 'h', _h_line,
+                                            newest_first=True)
   n_active = len(m_lines)
   n_deleted = len(state.M) - n_active
   c_tokens = counter.context_tokens(state)
@@ -312,23 +389,15 @@ def _render(state, counter, allowed_ops, limit, shares, context_budget, shrink,
     return f'HISTORY (most recent first; {len(state.H)} events; {k} not shown)'
 
   n_parts = 6
-  base = counter.text(instr) + counter.text(task) + counter.text(tail)
+  base = counter.text(instr) + counter.text(task) + counter.last(tail)
   needs = [m_need + sep * len(m_lines), c_need + sep * len(c_lines),
            h_need + sep * len(h_lines)]
   headers = [m_header(0), c_header(0), h_header(0)]
   full = (base + counter.text(headers[0]) + counter.text(headers[1]) +
           counter.text(headers[2]) + sep * (n_parts - 1) + sum(needs))
   if shrink == 0 and full <= limit:  # everything fits: no selection needed
-    out = [instr, task, headers[0]]
-    if m_joined:
-      out.append(m_joined)
-    out.append(headers[1])
-    if c_joined:
-      out.append(c_joined)
-    out.append(headers[2])
-    if h_joined:
-      out.append(h_joined)
-    out.append(tail)
+    out = [instr, task, headers[0], *m_strs, headers[1], *c_strs, headers[2], *h_strs,
+           tail]
     return '\n'.join(out), full, limit - (full - sum(needs))
 
   # Header allowance: computed with the widest possible "not shown" counts.
@@ -363,8 +432,7 @@ def _render(state, counter, allowed_ops, limit, shares, context_budget, shrink,
   return '\n'.join(out), estimate, room
 
 
-def _is_active(entry):
-  return entry.status == st.ACTIVE
+_valid_ops = set()
 
 
 def render_policy_input(state, count_tokens, *, allowed_ops, limit=DEFAULT_LIMIT,
@@ -373,7 +441,10 @@ def render_policy_input(state, count_tokens, *, allowed_ops, limit=DEFAULT_LIMIT
 
   Args:
     state: MemoryState s_t.
-    count_tokens: `str -> int` counter of the policy tokenizer (tokens).
+    count_tokens: `str -> int` counter of the policy tokenizer (tokens). Its
+      declarations (token_count: additive_over_lines, splits_after_newline) select
+      the cost model; an undeclared counter gets a whole-text recount per call. Pass
+      the same object every call (caches are keyed by it).
     allowed_ops: op names of the phase subspace (only these are described).
     limit: token limit (SPEC §1: 8,192; ExecutorConfig.policy_input_limit).
     shares: (M, C, H) fractions of the remaining tokens when views are truncated.
@@ -381,7 +452,7 @@ def render_policy_input(state, count_tokens, *, allowed_ops, limit=DEFAULT_LIMIT
       (ExecutorConfig.context_budget).
 
   Returns:
-    str with count_tokens(result) <= limit.
+    str with count_tokens(result) <= limit (given a true declaration, if any).
 
   Raises:
     ValueError: the instruction block and headers alone do not fit in `limit`, or
@@ -389,17 +460,29 @@ def render_policy_input(state, count_tokens, *, allowed_ops, limit=DEFAULT_LIMIT
   """
   if limit <= 0:
     raise ValueError(f'limit must be positive, got {limit}')
-  bad = [op for op in allowed_ops if op not in cmds.ALL_OPS]
-  if bad:
-    raise ValueError(f'allowed_ops has unknown ops {bad}')
+  allowed_ops = tuple(allowed_ops)
+  if allowed_ops not in _valid_ops:
+    bad = [op for op in allowed_ops if op not in cmds.ALL_OPS]
+    if bad:
+      raise ValueError(f'allowed_ops has unknown ops {bad}')
+    if len(_valid_ops) < 256:
+      _valid_ops.add(allowed_ops)
   counter = _counter_for(count_tokens)
-  additive = counter.additive
   shrink = 0
   q_chars = None
   for _ in range(_MAX_RETRIES):
     text, estimate, room = _render(state, counter, allowed_ops, limit, shares,
                                    context_budget, shrink, q_chars)
-    total = estimate if additive else count_tokens(text)
+    if counter.exact:
+      total = estimate
+      if counter.audit_due():
+        actual = count_tokens(text)
+        if actual != estimate:
+          counter = _demote(count_tokens, estimate, actual)
+          shrink, q_chars = 0, None
+          continue
+    else:
+      total = counter.total(text)
     if total <= limit:
       return text
     if room > 0:  # the views take too much: give them less
@@ -421,3 +504,94 @@ def render_for_config(state, count_tokens, config):
                              limit=config.policy_input_limit,
                              shares=config.policy_view_shares,
                              context_budget=config.context_budget)
+
+
+def render_policy_input_reference(state, count_tokens, *, allowed_ops,
+                                  limit=DEFAULT_LIMIT, shares=DEFAULT_SHARES,
+                                  context_budget=2048):
+  """Uncached reference of `render_policy_input` (same output; slow).
+
+  The specification written out plainly: every line is rendered and counted afresh
+  with `count_tokens` (costs under `cost_model(count_tokens)`, see the module
+  docstring) and every attempt's whole text is recounted. Tests compare the cached
+  path with it; benchmarks use it as the baseline. Same Args / Returns / Raises as
+  `render_policy_input`.
+  """
+  if limit <= 0:
+    raise ValueError(f'limit must be positive, got {limit}')
+  bad = [op for op in allowed_ops if op not in cmds.ALL_OPS]
+  if bad:
+    raise ValueError(f'allowed_ops has unknown ops {bad}')
+  model = cost_model(count_tokens)
+  if model == SPLITS:
+    def cost(piece):
+      return count_tokens(piece + '\n')
+  else:
+    cost = count_tokens
+  sep = count_tokens('\n') if model == GENERIC else 0
+  instr = instruction_block(allowed_ops)
+  tail = 'STATE END\nCommand:'
+  active = [e for e in state.M if e.status == st.ACTIVE]
+  m_lines = [(_m_line(e), cost(_m_line(e))) for e in active]
+  c_lines = [(_c_line(it), cost(_c_line(it))) for it in state.C]
+  h_lines = [(_h_line(ev), cost(_h_line(ev))) for ev in state.H]
+  n_deleted = len(state.M) - len(active)
+  c_tokens = sum(it.tokens for it in state.C)
+  env = state.env_item_id or 'none'
+
+  def headers(km, kc, kh):
+    return [f'LONG-TERM MEMORY ({len(active)} active, {n_deleted} deleted; {km} not '
+            'shown)',
+            f'ACTIVE CONTEXT ({c_tokens}/{context_budget} tokens; current environment '
+            f'item {env}; {kc} not shown)',
+            f'HISTORY (most recent first; {len(state.H)} events; {kh} not shown)']
+
+  def assemble(task, hdr, m_keep, c_keep, h_keep):
+    out = [instr, task, hdr[0]] + [m_lines[i][0] for i in sorted(m_keep)]
+    out += [hdr[1]] + [c_lines[i][0] for i in sorted(c_keep)]
+    out += [hdr[2]] + [h_lines[i][0] for i in sorted(h_keep, reverse=True)]
+    return '\n'.join(out + [tail])
+
+  shrink, q_chars = 0, None
+  for _ in range(_MAX_RETRIES):
+    q, ts = state.q, state.task_state
+    if q_chars is not None:
+      q = q if len(q) <= q_chars else q[:q_chars] + '...[truncated]'
+      ts = ts if len(ts) <= q_chars else ts[:q_chars] + '...[truncated]'
+    task = _task_block(q, ts)
+    base = cost(instr) + cost(task) + count_tokens(tail) + 5 * sep
+    needs = [sum(t + sep for _, t in lines) for lines in (m_lines, c_lines, h_lines)]
+    everything = (range(len(m_lines)), range(len(c_lines)), range(len(h_lines)))
+    full = base + sum(cost(h) for h in headers(0, 0, 0)) + sum(needs)
+    if shrink == 0 and full <= limit:
+      text, room = assemble(task, headers(0, 0, 0), *everything), limit - full + sum(
+          needs)
+    else:
+      fixed = base + sum(cost(h) for h in headers(len(active), len(state.C),
+                                                  len(state.H)))
+      room = max(0, limit - fixed - shrink)
+      alloc = _allocate(needs, room, shares)
+      m_pick, _ = _select([(i, m_lines[i][1]) for i in reversed(range(len(m_lines)))],
+                          alloc[0], sep)
+      first = [i for i, it in enumerate(state.C) if it.protected or
+               it.kind == st.INSTRUCTION or it.id == state.env_item_id]
+      rest = [i for i in reversed(range(len(state.C))) if i not in first]
+      c_pick, _ = _select([(i, c_lines[i][1]) for i in first + rest], alloc[1], sep)
+      h_pick, _ = _select([(i, h_lines[i][1]) for i in reversed(range(len(h_lines)))],
+                          alloc[2], sep)
+      hdr = headers(len(active) - len(m_pick), len(state.C) - len(c_pick),
+                    len(state.H) - len(h_pick))
+      text = assemble(task, hdr, m_pick, c_pick, h_pick)
+    total = count_tokens(text)
+    if total <= limit:
+      return text
+    if room > 0:
+      shrink += (total - limit) + max(2, room // 50)
+      continue
+    if q_chars == 0:
+      break
+    longest = max(len(state.q), len(state.task_state))
+    q_chars = longest // 2 if q_chars is None else q_chars // 2
+    shrink = 0
+  raise ValueError(f'policy input limit {limit} is too small for the instruction '
+                   'block and headers')
