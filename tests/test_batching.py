@@ -188,7 +188,28 @@ def test_config_section_builds_batching_config():
   for scale in ('tiny', 'paper'):
     c = common.get_config('phase_b', f'scale={scale}')
     bc = common.to_dataclass(bt.BatchingConfig, c.batching)
+    # The longest row: x_t + chat-template framing + command.
     assert bc.length_buckets[-1] == (c.memory.policy_input_limit +
+                                     c.sampling.prompt_overhead_tokens +
                                      c.sampling.max_command_tokens)
     assert bc.command_buckets[-1] == c.sampling.max_command_tokens
-  assert bt.BatchingConfig().length_buckets[-1] == 8192 + 256  # SPEC §1 + paper commands
+  # SPEC §1 input limit + reserved template tokens + paper command limit.
+  assert bt.BatchingConfig().length_buckets[-1] == 8192 + 64 + 256
+  assert bt.BatchingConfig().length_buckets == tuple(common.power_of_two_buckets(
+      256, 8192 + 64 + 256))
+
+
+def test_full_length_decision_fits_the_config_buckets():
+  # A decision at the limits (x_t of policy_input_limit tokens, the chat template's
+  # framing, a max-length command) packs into the largest bucket, at both scales.
+  for scale in ('tiny', 'paper'):
+    c = common.get_config('phase_b', f'scale={scale}')
+    bc = common.to_dataclass(bt.BatchingConfig, c.batching)
+    prompt = [7] * (c.memory.policy_input_limit + c.sampling.prompt_overhead_tokens)
+    cmd = [9] * c.sampling.max_command_tokens
+    d = bt.DecisionTokens(prompt, cmd, [-0.1] * len(cmd), 1.0)
+    b = bt.build_batch([d], bc, num_decisions=1, batch_size=1)
+    assert b['input_ids'].shape[1] == bc.length_buckets[-1] == len(prompt) + len(cmd)
+    too_long = bt.DecisionTokens(prompt + [7], cmd, [-0.1] * len(cmd), 1.0)
+    with pytest.raises(ValueError, match='exceeds the largest bucket'):
+      bt.build_batch([too_long], bc, num_decisions=1, batch_size=1)

@@ -145,6 +145,13 @@ def test_bad_scale_argument():
     ('solver.backend', 'gpt', 'config.solver.backend'),
     ('batching.length_buckets', (256, 512), 'config.batching.length_buckets'),
     ('batching.command_buckets', (32, 16), 'config.batching.command_buckets'),
+    ('batching.length_buckets', (256, 512, 2048 + 64),
+     r'config.batching.length_buckets: largest bucket 2112 < .* = 2176'),
+    ('sampling.prompt_buckets', (256, 2048),
+     r'config.sampling.prompt_buckets: largest bucket 2048 < .* 2048 \+ 64 = 2112'),
+    ('sampling.prompt_buckets', (512, 256), 'config.sampling.prompt_buckets: must be'),
+    ('sampling.prompt_buckets', (), 'config.sampling.prompt_buckets: must be'),
+    ('sampling.prompt_overhead_tokens', -1, 'config.sampling.prompt_overhead_tokens'),
     ('eval.target_budget', 9000, 'config.eval.target_budget'),
     ('rl.reference_phase', 'sft', 'config.rl.reference_phase'),
     ('model.preset', 'qwen9', 'config.model.preset'),
@@ -252,3 +259,86 @@ def test_to_dataclass():
     common.to_dataclass(Small, section)
   assert common.to_dataclass(Small, section, strict=False) == Small('no_verify', 2.0)
   assert common.to_dataclass(Small, {'mode': 'x'}, clip=3.0) == Small('x', 3.0)
+
+
+@pytest.mark.parametrize('scale, prompt, length', [
+    ('tiny', (256, 512, 1024, 2048, 2112), (256, 512, 1024, 2048, 2176)),
+    ('paper', (256, 512, 1024, 2048, 4096, 8192, 8256),
+     (256, 512, 1024, 2048, 4096, 8192, 8512)),
+])
+def test_buckets_end_at_prompt_and_row_limits(scale, prompt, length):
+  c = common.get_config('phase_c', f'scale={scale}')
+  assert c.sampling.prompt_overhead_tokens == 64
+  # Longest prompt = x_t limit + template framing; longest learner row adds a command.
+  assert c.sampling.prompt_buckets == prompt
+  assert prompt[-1] == c.memory.policy_input_limit + 64
+  assert c.batching.length_buckets == length
+  assert length[-1] == prompt[-1] + c.sampling.max_command_tokens
+  assert common.derived_buckets(c) == {'sampling.prompt_buckets': prompt,
+                                       'batching.length_buckets': length,
+                                       'batching.command_buckets':
+                                           c.batching.command_buckets}
+  # The plain values reach the libraries (to_dict resolves the references).
+  assert c.sampling.to_dict()['prompt_buckets'] == prompt
+  assert common.library_configs(c)['batching'].length_buckets == length
+  # The sampling section maps 1:1 onto the policy's sampling dataclass (what the
+  # trainers build), so the sampler gets the same prompt buckets and overhead.
+  from vermem_jax.rl import policy  # pylint: disable=g-import-not-at-top
+  pcfg = policy.PolicySamplingConfig(**c.sampling.to_dict())
+  assert (pcfg.prompt_buckets, pcfg.prompt_overhead_tokens) == (prompt, 64)
+
+
+def test_overriding_limits_moves_derived_buckets():
+  c = common.get_config('phase_b')
+  c.memory.policy_input_limit = 1000
+  c.sampling.max_command_tokens = 40
+  assert c.sampling.prompt_buckets == (256, 512, 1024, 1064)
+  assert c.batching.length_buckets == (256, 512, 1024, 1104)
+  assert c.batching.command_buckets == (16, 32, 40)
+  c.sampling.prompt_overhead_tokens = 100
+  assert c.sampling.prompt_buckets[-1] == 1100
+  assert c.batching.length_buckets[-1] == 1140
+  common.validate_config(c)
+  # An explicit bucket tuple replaces the derivation and no longer follows the limit.
+  c.batching.length_buckets = (512, 4096)
+  c.memory.policy_input_limit = 2000
+  assert c.batching.length_buckets == (512, 4096)
+  assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 2100)
+  common.validate_config(c)
+  c.memory.policy_input_limit = 4000  # 4000 + 100 + 40 > 4096
+  with pytest.raises(ValueError, match='config.batching.length_buckets: largest bucket '
+                     '4096'):
+    common.validate_config(c)
+
+
+def test_command_line_override_keeps_buckets_consistent():
+  """--config.memory.policy_input_limit through ml_collections' config_flags (the same
+  parsing experiments/run.py does) moves the derived buckets; an explicit bucket flag
+  wins over the derivation."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(common.__file__), 'phase_a.py')
+
+  def parse(*overrides):
+    argv = ['prog', f'--config={path}', *overrides]
+    fv = flags.FlagValues()
+    # sys_argv: config_flags registers one flag per override it finds there.
+    config_flags.DEFINE_config_file('config', flag_values=fv, sys_argv=argv)
+    fv(argv)
+    return fv.config
+
+  c = parse('--config.memory.policy_input_limit=3000')
+  assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 3064)
+  assert c.batching.length_buckets == (256, 512, 1024, 2048, 3128)
+  common.validate_config(c)
+  c = parse('--config.memory.policy_input_limit=3000',
+            '--config.sampling.prompt_buckets=(1024, 3064)',
+            '--config.sampling.max_command_tokens=32')
+  assert c.sampling.prompt_buckets == (1024, 3064)
+  assert c.batching.length_buckets == (256, 512, 1024, 2048, 3096)
+  assert c.batching.command_buckets == (16, 32)
+  common.validate_config(c)
+  c = parse('--config.sampling.prompt_buckets=(1024, 2048)')
+  with pytest.raises(ValueError, match='config.sampling.prompt_buckets: largest bucket '
+                     '2048 < '):
+    common.validate_config(c)

@@ -28,8 +28,12 @@ from vermem_jax.train import metrics as tmetrics
 from vermem_jax.verifiers import make_verifier
 
 K = 3
-# Small budgets keep every policy prompt in one 512-token sampler bucket on CPU.
+# Small budgets keep every policy prompt (x_t <= SMALL_LIMIT tokens + the chat template)
+# in one sampler prompt bucket on CPU: SMALL_LIMIT + the reserved template tokens, as
+# experiments/configs/common.py derives it.
 SMALL_BUDGET, SMALL_LIMIT = 512, 480
+OVERHEAD = 64
+PROMPT_BUCKETS = (SMALL_LIMIT + OVERHEAD,)
 CMD_TOKENS = 6
 
 
@@ -83,13 +87,15 @@ def tiny_model():
 
 
 class CountingGenerate:
-  """Wraps models.generate, recording the batch size of every call."""
+  """Wraps models.generate, recording the batch size and prompt buckets of every call."""
 
   def __init__(self):
     self.batches = []
+    self.prompt_buckets = []
 
   def __call__(self, *args, **kwargs):
     self.batches.append(len(args[2]))
+    self.prompt_buckets.append(kwargs.get("prompt_buckets"))
     return sampling.generate(*args, **kwargs)
 
 
@@ -114,11 +120,14 @@ def sampled(pools, tok, oracle, tiny_model):
   policy = pol.SamplerPolicy(
       config, params, tok,
       sampling_config=pol.PolicySamplingConfig(temperature=1.0, top_p=1.0,
-                                               max_command_tokens=CMD_TOKENS),
+                                               max_command_tokens=CMD_TOKENS,
+                                               prompt_overhead_tokens=OVERHEAD,
+                                               prompt_buckets=PROMPT_BUCKETS),
       batch_buckets=(len(specs) * K,), generate_fn=counter)
   result = _collect(specs, policy, tok, oracle)
   return dict(specs=specs, policy=policy, result=result,
-              generate_batches=list(counter.batches))
+              generate_batches=list(counter.batches),
+              generate_prompt_buckets=list(counter.prompt_buckets))
 
 
 def test_group_structure(sampled, tok):
@@ -155,6 +164,13 @@ def test_one_generate_call_per_step(sampled):
   assert steps >= 2  # the check covers more than one step
   assert len(batches) == steps == res.metrics["rollout/policy_calls"]
   assert set(batches) == {len(res.trajectories)}  # one padded batch shape
+  # Every call pads prompts to the configured bucket (x_t limit + template tokens),
+  # not to the next power of two (1024 here).
+  assert set(sampled["generate_prompt_buckets"]) == {PROMPT_BUCKETS}
+  assert ((len(res.trajectories), PROMPT_BUCKETS[0]), CMD_TOKENS, (8,), True) in (
+      sampling.trace_counts())
+  longest = max(len(d.prompt_ids) for d in res.decisions)
+  assert SMALL_LIMIT < longest <= PROMPT_BUCKETS[0]  # some prompt needed the overhead
 
 
 def test_logprobs_match_full_forward(sampled, tiny_model):
@@ -434,3 +450,47 @@ def test_bound_policy_folds_the_call_index():
   base_key = jax.random.PRNGKey(7)
   for i, k in enumerate(keys):
     np.testing.assert_array_equal(k, jax.random.fold_in(base_key, i))
+
+
+class FailingGenerate:
+  def __call__(self, *args, **kwargs):
+    raise AssertionError("generate must not be reached")
+
+
+def test_policy_checks_the_reserved_template_overhead(tok, tiny_model):
+  config, params = tiny_model
+  assert pol.prompt_overhead_tokens(tok) == 29  # Qwen2.5: default system turn + roles
+  make = lambda **kw: pol.SamplerPolicy(
+      config, params, tok, sampling_config=pol.PolicySamplingConfig(**kw),
+      generate_fn=FailingGenerate())
+  with pytest.raises(ValueError, match=r"adds 29 tokens around x_t, more than the 28 "
+                     r"reserved by config.sampling.prompt_overhead_tokens"):
+    make(prompt_overhead_tokens=28)
+  policy = make(prompt_overhead_tokens=29, prompt_buckets=[64, 128])
+  assert policy.prompt_overhead == 29 and policy.prompt_buckets == (64, 128)
+  assert policy.max_prompt_tokens == 128  # the largest bucket
+  assert make().max_prompt_tokens == config.max_position_embeddings - 256  # no buckets
+
+
+def test_policy_rejects_prompts_beyond_the_largest_bucket(tok, tiny_model):
+  config, params = tiny_model
+  policy = pol.SamplerPolicy(
+      config, params, tok,
+      sampling_config=pol.PolicySamplingConfig(prompt_buckets=(48, 64)),
+      generate_fn=FailingGenerate())
+  x = " ".join(["word"] * 40)  # 40 tokens + 29 template tokens > 64
+  n = len(pol.policy_prompt_ids(tok, x))
+  assert n == len(tok.encode(x)) + 29 > 64
+  with pytest.raises(ValueError, match=rf"policy prompt 0 has {n} tokens > "
+                     r"max_prompt_tokens 64 \(the largest of sampling.prompt_buckets"):
+    policy([x], jax.random.PRNGKey(0))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(prompt_buckets=(64, 32)), "PolicySamplingConfig.prompt_buckets: .*strictly"),
+    (dict(prompt_buckets=()), "PolicySamplingConfig.prompt_buckets"),
+    (dict(prompt_overhead_tokens=-1), "prompt_overhead_tokens must be an int >= 0"),
+])
+def test_sampling_config_rejects_bad_buckets(kwargs, match):
+  with pytest.raises(ValueError, match=match):
+    pol.PolicySamplingConfig(**kwargs)

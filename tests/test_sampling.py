@@ -237,3 +237,46 @@ def test_bad_arguments_raise(kwargs, match):
   args.update(kwargs)
   with pytest.raises(ValueError, match=match):
     sampling.generate(CFG, {}, args.pop('prompts'), **args)
+
+
+def test_explicit_prompt_buckets_pick_padding_and_keep_outputs(params, prompts, greedy):
+  # Longest prompt 20 -> P=24 (the default power-of-two bucket is 32); a 33-token
+  # prompt -> P=40 (default 64). Padding is masked, so outputs match the default.
+  buckets = (16, 24, 40)
+  before = sampling.trace_counts()
+  out = sampling.generate(CFG, params, prompts, rng=0, max_new_tokens=N,
+                          temperature=0.0, top_p=1.0, stop_token_ids=(),
+                          prompt_buckets=buckets)
+  after = sampling.trace_counts()
+  assert after.get(((3, 24), N, (8,), False), 0) == before.get(
+      ((3, 24), N, (8,), False), 0) + 1
+  np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(greedy.tokens))
+  np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(greedy.logprobs),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(out.lengths), np.asarray(greedy.lengths))
+
+  long_prompts = prompts[:2] + [np.random.RandomState(7).randint(
+      0, CFG.vocab_size, 33).tolist()]
+  kw = dict(rng=jax.random.PRNGKey(3), max_new_tokens=N, temperature=0.9, top_p=0.9,
+            stop_token_ids=())
+  default = sampling.generate(CFG, params, long_prompts, **kw)
+  explicit = sampling.generate(CFG, params, long_prompts, prompt_buckets=buckets, **kw)
+  assert sampling.trace_counts().get(((3, 40), N, (8,), True), 0) >= 1
+  np.testing.assert_array_equal(np.asarray(explicit.tokens), np.asarray(default.tokens))
+  np.testing.assert_allclose(np.asarray(explicit.logprobs),
+                             np.asarray(default.logprobs), rtol=1e-5, atol=1e-5)
+  assert [sampling.prompt_bucket(n, buckets) for n in (1, 16, 17, 24, 25, 40)] == [
+      16, 16, 24, 24, 40, 40]
+
+
+@pytest.mark.parametrize('buckets, length, match', [
+    ((16, 24, 40), 41, 'longest prompt has 41 tokens > the largest prompt bucket 40'),
+    ((40, 24), 3, 'strictly increasing'),
+    ((), 3, 'prompt_buckets'),
+    ((0, 8), 3, 'prompt_buckets'),
+    ((8.5, 16), 3, 'prompt_buckets'),
+])
+def test_prompt_buckets_errors(buckets, length, match):
+  with pytest.raises(ValueError, match=match):
+    sampling.generate(CFG, {}, [[1] * length], rng=0, max_new_tokens=4,
+                      prompt_buckets=buckets)

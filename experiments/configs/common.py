@@ -23,11 +23,23 @@ batching -> BatchingConfig) and `model_config(config)` the QwenConfig. The secti
 `validate_config` checks everything and names the bad field. Each field's comment cites
 its SPEC section; **decision** marks values SPEC leaves to the configured protocol and
 this project fixes.
+
+Derived length buckets. `sampling.prompt_buckets`, `batching.length_buckets` and
+`batching.command_buckets` are lazy `ml_collections.FieldReference`s computed from
+`memory.policy_input_limit`, `sampling.prompt_overhead_tokens` and
+`sampling.max_command_tokens` (`derived_buckets` gives the same values). Reading them
+(attribute access, `to_dict()`) yields plain tuples, so overriding one of those three
+numbers (`--config.memory.policy_input_limit=4096`) moves every bucket with it, while
+overriding a bucket field itself replaces the derivation by the given tuple (checked by
+`validate_config`). Copies keep the references (`copy.deepcopy`); a
+`FrozenConfigDict` or `copy_and_resolve_references()` freezes the current values.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+import functools
 import os
 from typing import Any, Mapping
 
@@ -79,6 +91,61 @@ def power_of_two_buckets(min_len: int, max_len: int) -> list[int]:
     b *= 2
   buckets.append(max_len)
   return buckets
+
+
+# Smallest sampler prompt bucket and learner length bucket (tokens; decision): x_t holds
+# the instruction block and the command list, a few hundred tokens at least, so smaller
+# buckets would only add compilations.
+MIN_PROMPT_BUCKET = 256
+MIN_LENGTH_BUCKET = 256
+MIN_COMMAND_BUCKET = 16  # decision: short commands (Null, Delete) are ~10-20 tokens
+
+# A lazy FieldReference operation: `fn(value, *args)` with the args dereferenced when the
+# field is read. Same fields as ml_collections' (private) op record, which is what
+# FieldReference's documented `op` argument expects.
+_LazyOp = collections.namedtuple('_LazyOp', ['fn', 'args'])
+
+
+def _buckets_op(min_len: int, unused_value: Any, max_len: int) -> tuple[int, ...]:
+  return tuple(power_of_two_buckets(min_len, int(max_len)))
+
+
+def _derived_buckets_ref(min_len: int,
+                         max_len: ml_collections.FieldReference
+                         ) -> ml_collections.FieldReference:
+  """A tuple field equal to power_of_two_buckets(min_len, max_len) whenever read.
+
+  Assigning a tuple to the field (command line, code) drops the derivation.
+  """
+  return ml_collections.FieldReference(
+      (), field_type=tuple,
+      op=_LazyOp(functools.partial(_buckets_op, min_len), [max_len]))
+
+
+def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, ...]]:
+  """The bucket fields as derived from the config's current limits (tokens).
+
+  Returns:
+    {'sampling.prompt_buckets': powers of two from MIN_PROMPT_BUCKET, then
+     P_max = memory.policy_input_limit + sampling.prompt_overhead_tokens;
+     'batching.length_buckets': powers of two from MIN_LENGTH_BUCKET, then
+     P_max + sampling.max_command_tokens;
+     'batching.command_buckets': powers of two from MIN_COMMAND_BUCKET, then
+     sampling.max_command_tokens}.
+    These are the values `get_config` installs (lazily, so they follow overrides of
+    the three limits); a config whose bucket fields were set by hand may differ.
+  """
+  max_prompt = (int(config.memory.policy_input_limit)
+                + int(config.sampling.prompt_overhead_tokens))
+  max_cmd = int(config.sampling.max_command_tokens)
+  return {
+      'sampling.prompt_buckets': tuple(power_of_two_buckets(MIN_PROMPT_BUCKET,
+                                                            max_prompt)),
+      'batching.length_buckets': tuple(power_of_two_buckets(MIN_LENGTH_BUCKET,
+                                                            max_prompt + max_cmd)),
+      'batching.command_buckets': tuple(power_of_two_buckets(MIN_COMMAND_BUCKET,
+                                                             max_cmd)),
+  }
 
 
 def _parse_arg(arg: str | None) -> dict[str, str]:
@@ -163,7 +230,8 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
   # Keys = memory.ExecutorConfig fields (its phase comes from episodes.op_space).
   c.memory = ml_collections.ConfigDict()
   c.memory.context_budget = 2048       # SPEC §1 decision: C_t budget in tokens
-  c.memory.policy_input_limit = 8192   # SPEC §1: g(s) at most 8,192 tokens
+  # SPEC §1: g(s) at most 8,192 tokens. A reference: the bucket fields derive from it.
+  c.memory.policy_input_limit = ml_collections.FieldReference(8192)
   c.memory.retrieve_top_k = 3          # SPEC §2 decision: BM25 top-k
   c.memory.bm25_k1 = 1.5               # BM25 library defaults (SPEC gives none)
   c.memory.bm25_b = 0.75
@@ -191,16 +259,27 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
   c.sampling.temperature = 0.7         # SPEC §4 training rollouts
   c.sampling.top_p = 0.95              # SPEC §4
   c.sampling.eval_temperature = 0.0    # SPEC §4: evaluation is greedy
-  c.sampling.max_command_tokens = 256  # decision: one command per generation
+  # decision: one command per generation (a reference: the buckets derive from it).
+  c.sampling.max_command_tokens = ml_collections.FieldReference(256)
+  # decision: tokens reserved for the chat template around x_t. An upper bound, not the
+  # measured value (Qwen2.5 adds 29, Qwen3 8-12), so one config fits every supported
+  # tokenizer; rl.policy.SamplerPolicy refuses a template that needs more.
+  c.sampling.prompt_overhead_tokens = ml_collections.FieldReference(64)
+  max_prompt = c.memory.get_ref('policy_input_limit') + c.sampling.get_ref(
+      'prompt_overhead_tokens')
+  # Sampler prompt paddings (models/sampling.py): powers of two, then exactly the
+  # longest prompt, so a full 8,192-token x_t pads to 8,256, not to 16,384.
+  c.sampling.prompt_buckets = _derived_buckets_ref(MIN_PROMPT_BUCKET, max_prompt)
 
   # --- learner batches (DESIGN.md: bounded set of jit shapes) ---
   c.batching = ml_collections.ConfigDict()
   c.batching.micro_batch_size = 8      # decision: decisions per learner micro-batch
-  # Tuples, not lists: config_flags can override tuples from the command line.
-  c.batching.length_buckets = tuple(power_of_two_buckets(
-      256, c.memory.policy_input_limit + c.sampling.max_command_tokens))
-  c.batching.command_buckets = tuple(power_of_two_buckets(
-      16, c.sampling.max_command_tokens))
+  # Derived tuples (module docstring); tuples, so config_flags can override them from
+  # the command line. The last length bucket holds the longest prompt + command.
+  c.batching.length_buckets = _derived_buckets_ref(
+      MIN_LENGTH_BUCKET, max_prompt + c.sampling.get_ref('max_command_tokens'))
+  c.batching.command_buckets = _derived_buckets_ref(
+      MIN_COMMAND_BUCKET, c.sampling.get_ref('max_command_tokens'))
   c.batching.sort_by_length = True     # fewer padded tokens; same update sum
 
   # --- SFT (SPEC §4) ---
@@ -334,13 +413,9 @@ def _apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.model.dtype = 'float32'            # CPU
   c.model.remat = False
   c.memory.context_budget = 1024       # shorter inputs for CPU speed
-  c.memory.policy_input_limit = 2048
+  c.memory.policy_input_limit = 2048   # the bucket fields follow (derived)
   c.sampling.max_command_tokens = 64
   c.batching.micro_batch_size = 8
-  c.batching.length_buckets = tuple(power_of_two_buckets(
-      256, c.memory.policy_input_limit + c.sampling.max_command_tokens))
-  c.batching.command_buckets = tuple(power_of_two_buckets(
-      16, c.sampling.max_command_tokens))
   c.sft.train_per_target = 8
   c.sft.dev_per_target = 4
   c.sft.batch_size = 8
@@ -399,16 +474,28 @@ def validate_config(config: ml_collections.ConfigDict, *,
   _require(s.eval_temperature >= 0.0, 'sampling.eval_temperature', 'must be >= 0')
   _require(0.0 < s.top_p <= 1.0, 'sampling.top_p', 'must be in (0, 1]')
   _require(s.max_command_tokens >= 1, 'sampling.max_command_tokens', 'must be >= 1')
+  _require(isinstance(s.prompt_overhead_tokens, int) and s.prompt_overhead_tokens >= 0,
+           'sampling.prompt_overhead_tokens',
+           f'must be an int >= 0, got {s.prompt_overhead_tokens!r}')
   b = config.batching
-  for name in ('length_buckets', 'command_buckets'):
-    buckets = list(b[name])
-    _require(len(buckets) > 0 and all(x > 0 for x in buckets)
-             and buckets == sorted(set(buckets)), f'batching.{name}',
-             f'must be positive and strictly increasing, got {buckets}')
-  _require(b.length_buckets[-1] >= m.policy_input_limit + s.max_command_tokens,
+  max_prompt = m.policy_input_limit + s.prompt_overhead_tokens
+  for field, buckets in (('sampling.prompt_buckets', s.prompt_buckets),
+                         ('batching.length_buckets', b.length_buckets),
+                         ('batching.command_buckets', b.command_buckets)):
+    buckets = list(buckets or ())
+    _require(len(buckets) > 0 and all(isinstance(x, int) and x > 0 for x in buckets)
+             and buckets == sorted(set(buckets)), field,
+             f'must be positive ints, strictly increasing, got {buckets}')
+  _require(s.prompt_buckets[-1] >= max_prompt, 'sampling.prompt_buckets',
+           f'largest bucket {s.prompt_buckets[-1]} < memory.policy_input_limit + '
+           f'sampling.prompt_overhead_tokens = {m.policy_input_limit} + '
+           f'{s.prompt_overhead_tokens} = {max_prompt} (the longest policy prompt)')
+  _require(b.length_buckets[-1] >= max_prompt + s.max_command_tokens,
            'batching.length_buckets',
-           f'largest bucket {b.length_buckets[-1]} < policy_input_limit + '
-           f'max_command_tokens = {m.policy_input_limit + s.max_command_tokens}')
+           f'largest bucket {b.length_buckets[-1]} < memory.policy_input_limit + '
+           f'sampling.prompt_overhead_tokens + sampling.max_command_tokens = '
+           f'{m.policy_input_limit} + {s.prompt_overhead_tokens} + '
+           f'{s.max_command_tokens} = {max_prompt + s.max_command_tokens}')
   _require(b.command_buckets[-1] >= s.max_command_tokens, 'batching.command_buckets',
            f'largest bucket {b.command_buckets[-1]} < max_command_tokens '
            f'{s.max_command_tokens}')

@@ -2,14 +2,19 @@
 
 Shapes and buckets
 ------------------
-Prompts are LEFT-padded into a prompt-length bucket P = max(32, next power of two >=
-the longest prompt), so the last prompt column is every row's newest token; each row
-keeps its own RoPE positions (qwen.py's module docstring has the padding/cache rules).
-The cache has P + max_new_tokens slots. Stop ids are padded to a bucket of
-max(8, next power of two) entries. The jitted program is therefore compiled once per
-(batch size B, prompt bucket P, max_new_tokens, stop-id bucket, greedy vs sampled,
-config); temperature, top_p, the rng and the pad id are traced values and never
-recompile. `compile_count()` reports how many programs exist.
+Prompts are LEFT-padded into a prompt-length bucket P, so the last prompt column is
+every row's newest token; each row keeps its own RoPE positions (qwen.py's module
+docstring has the padding/cache rules). P is the smallest of the caller's
+`prompt_buckets` >= the longest prompt (a longer prompt raises), or, without
+`prompt_buckets`, max(32, next power of two >= the longest prompt). Callers whose
+prompts have a known maximum pass buckets ending exactly at it: a policy prompt of
+policy_input_limit + chat-template tokens (8,192 + ~29) would otherwise land in the
+16,384 power-of-two bucket and double the prefill. The cache has P + max_new_tokens
+slots. Stop ids are padded to a bucket of max(8, next power of two) entries. The jitted
+program is therefore compiled once per (batch size B, prompt bucket P, max_new_tokens,
+stop-id bucket, greedy vs sampled, config); temperature, top_p, the rng and the pad id
+are traced values and never recompile. `compile_count()` reports how many programs
+exist.
 
 Decoding
 --------
@@ -84,9 +89,42 @@ def _next_pow2(n: int) -> int:
   return 1 << max(0, int(n) - 1).bit_length()
 
 
-def prompt_bucket(length: int) -> int:
-  """Prompt-length bucket (tokens) for a longest prompt of `length` tokens."""
-  return max(MIN_PROMPT_BUCKET, _next_pow2(length))
+def check_prompt_buckets(prompt_buckets: Sequence[int] | None
+                         ) -> tuple[int, ...] | None:
+  """Validated prompt buckets: None, or a non-empty strictly increasing tuple of
+  positive ints (tokens).
+
+  Raises:
+    ValueError: empty, non-integer, non-positive or not strictly increasing.
+  """
+  if prompt_buckets is None:
+    return None
+  buckets = tuple(prompt_buckets)
+  if (not buckets or any(isinstance(b, bool) or int(b) != b or b < 1 for b in buckets)
+      or list(buckets) != sorted(set(buckets))):
+    raise ValueError('prompt_buckets must be positive ints in strictly increasing '
+                     f'order, got {prompt_buckets!r}')
+  return tuple(int(b) for b in buckets)
+
+
+def prompt_bucket(length: int, prompt_buckets: Sequence[int] | None = None) -> int:
+  """Prompt-length bucket P (tokens) for a longest prompt of `length` tokens.
+
+  Args:
+    length: the longest prompt in tokens.
+    prompt_buckets: sorted allowed P values (`check_prompt_buckets`); None = powers of
+      two from MIN_PROMPT_BUCKET.
+  Raises:
+    ValueError: `length` exceeds the largest of `prompt_buckets` (names both).
+  """
+  if prompt_buckets is None:
+    return max(MIN_PROMPT_BUCKET, _next_pow2(length))
+  for b in prompt_buckets:
+    if length <= b:
+      return int(b)
+  raise ValueError(f'generate: longest prompt has {length} tokens > the largest '
+                   f'prompt bucket {prompt_buckets[-1]} '
+                   f'(prompt_buckets={tuple(prompt_buckets)})')
 
 
 def left_pad(prompts: Sequence[Sequence[int]], length: int,
@@ -260,7 +298,8 @@ def generate(config: qwen.QwenConfig, params: Any,
              prompts: Sequence[Sequence[int]] | np.ndarray, *, rng: Any,
              max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
              stop_token_ids: Sequence[int] = (), pad_token_id: int = 0,
-             prompt_lengths: Sequence[int] | None = None) -> GenerationOutput:
+             prompt_lengths: Sequence[int] | None = None,
+             prompt_buckets: Sequence[int] | None = None) -> GenerationOutput:
   """Samples completions for a batch of prompts with a KV cache.
 
   Args:
@@ -276,13 +315,19 @@ def generate(config: qwen.QwenConfig, params: Any,
     pad_token_id: id used for prompt padding (never attended) and for the columns
       after a row stopped.
     prompt_lengths: [B] real lengths when `prompts` is an array.
+    prompt_buckets: allowed padded prompt lengths P in tokens (positive, strictly
+      increasing); the batch is padded to the smallest one >= its longest prompt.
+      None: max(32, next power of two). Each distinct P is one compilation (module
+      docstring).
   Returns:
     GenerationOutput(tokens [B, N] int32, logprobs [B, N] float32, lengths [B] int32)
     as jax arrays; see the module docstring for the logprob definition.
   Raises:
     ValueError: empty batch or prompt, ids outside [0, vocab_size), bad temperature /
-      top_p / max_new_tokens, or prompt + N beyond max_position_embeddings.
+      top_p / max_new_tokens / prompt_buckets, a prompt longer than the largest
+      prompt bucket, or prompt + N beyond max_position_embeddings.
   """
+  prompt_buckets = check_prompt_buckets(prompt_buckets)
   if isinstance(prompts, (np.ndarray, jax.Array)):
     arr = np.asarray(prompts)
     if arr.ndim != 2:
@@ -314,7 +359,7 @@ def generate(config: qwen.QwenConfig, params: Any,
     raise ValueError(f'generate: prompt ({longest}) + max_new_tokens ({max_new_tokens}) '
                      f'exceeds max_position_embeddings ({config.max_position_embeddings})')
 
-  tokens, mask = left_pad(prompts, prompt_bucket(longest), pad_token_id)
+  tokens, mask = left_pad(prompts, prompt_bucket(longest, prompt_buckets), pad_token_id)
   stop = sorted(set(int(s) for s in stop_token_ids))
   stop_ids = np.full((max(MIN_STOP_BUCKET, _next_pow2(len(stop))),), -1, np.int32)
   stop_ids[:len(stop)] = stop

@@ -60,13 +60,15 @@ class BatchingConfig:
   Attributes:
     micro_batch_size: rows B per micro-batch (decisions).
     length_buckets: increasing sequence lengths T (tokens); the last one must cover the
-      policy input limit plus the longest command (8,192 + max command tokens, SPEC §1).
+      longest row: policy input limit + chat-template overhead + longest command
+      (8,192 (SPEC §1) + 64 + 256 = 8,512 by default; experiments/configs/common.py
+      derives the same from its config).
     command_buckets: increasing command lengths L (tokens).
     sort_by_length: order decisions by length before splitting into micro-batches (less
       padding; the update's gradient sum is unchanged).
   """
   micro_batch_size: int = 8
-  length_buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 8448)
+  length_buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 8512)
   command_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)
   sort_by_length: bool = True
 

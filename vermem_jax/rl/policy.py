@@ -12,11 +12,16 @@ command u_t is the assistant reply; the tokens the learner trains on are the com
 tokens followed by the stop token (`<|im_end|>` for Qwen chat models), so the policy
 learns to end its command. `command_target_ids` builds the same layout for SFT targets.
 
-Token accounting: the prompt is x_t plus the template's few fixed tokens
-(`prompt_overhead_tokens`), so a learner length bucket must cover
-policy_input_limit + prompt_overhead_tokens + max_command_tokens. Prompts are never
-truncated (g(s) is already bounded; cutting a rendered state would corrupt it); a
-prompt longer than `max_prompt_tokens` raises.
+Token accounting: the prompt is x_t plus the template's few fixed tokens (measured by
+`prompt_overhead_tokens(tokenizer)`: 29 on Qwen2.5; 8 on Qwen3, 12 with
+enable_thinking=False). The config reserves an upper bound for them,
+`sampling.prompt_overhead_tokens` (64), so the longest prompt is
+policy_input_limit + prompt_overhead_tokens tokens: the sampler's largest prompt bucket
+(`sampling.prompt_buckets`) ends exactly there and the learner's largest length bucket
+is that plus max_command_tokens (experiments/configs/common.py derives both).
+`SamplerPolicy` refuses a tokenizer whose template needs more than the reserved
+overhead. Prompts are never truncated (g(s) is already bounded; cutting a rendered
+state would corrupt it); a prompt longer than `max_prompt_tokens` raises.
 
 Sampling (`SamplerPolicy`)
 --------------------------
@@ -54,11 +59,20 @@ class PolicySamplingConfig:
     eval_temperature: evaluation temperature (SPEC §4: 0 = greedy).
     max_command_tokens: generation limit of one command in tokens (decision; the
       paper leaves command output limits to the configured protocol).
+    prompt_overhead_tokens: tokens reserved for the chat-template framing around x_t
+      (decision: 64, an upper bound; Qwen2.5 needs 29, Qwen3 8-12). `SamplerPolicy`
+      checks the tokenizer's real overhead against it.
+    prompt_buckets: padded prompt lengths of the sampler in tokens (strictly
+      increasing; the config derives powers of two ending exactly at
+      policy_input_limit + prompt_overhead_tokens). None: the sampler's power-of-two
+      default (models/sampling.py).
   """
   temperature: float = 0.7  # SPEC §4
   top_p: float = 0.95  # SPEC §4
   eval_temperature: float = 0.0  # SPEC §4: evaluation decodes greedily
   max_command_tokens: int = 256  # decision (experiments/configs/common.py)
+  prompt_overhead_tokens: int = 64  # decision (experiments/configs/common.py)
+  prompt_buckets: Optional[tuple[int, ...]] = None  # None: powers of two
 
   def __post_init__(self):
     if not self.temperature >= 0 or not self.eval_temperature >= 0:
@@ -69,6 +83,15 @@ class PolicySamplingConfig:
     if int(self.max_command_tokens) < 1:
       raise ValueError('PolicySamplingConfig.max_command_tokens must be >= 1, got '
                        f'{self.max_command_tokens}')
+    if int(self.prompt_overhead_tokens) != self.prompt_overhead_tokens or (
+        self.prompt_overhead_tokens < 0):
+      raise ValueError('PolicySamplingConfig.prompt_overhead_tokens must be an int >= 0, '
+                       f'got {self.prompt_overhead_tokens!r}')
+    try:
+      buckets = sampling.check_prompt_buckets(self.prompt_buckets)
+    except ValueError as e:
+      raise ValueError(f'PolicySamplingConfig.prompt_buckets: {e}') from e
+    object.__setattr__(self, 'prompt_buckets', buckets)
 
 
 def policy_messages(policy_input: str) -> list[dict[str, str]]:
@@ -126,17 +149,24 @@ class SamplerPolicy:
     model_config: QwenConfig of the policy.
     params: policy parameter tree (θ, frozen as θ_old for the update's rollouts).
     tokenizer: `vermem_jax.tokenization.Tokenizer` (chat template, stop ids).
-    sampling_config: PolicySamplingConfig.
+    sampling_config: PolicySamplingConfig; its `prompt_buckets` go to every generate
+      call and its `prompt_overhead_tokens` must cover the tokenizer's chat template.
     greedy: decode with eval_temperature (evaluation) instead of temperature/top_p.
     batch_buckets: allowed padded batch sizes (sorted); a step with n live episodes
       runs at the smallest bucket >= n (padding rows repeat the first prompt and are
       dropped). Default: powers of two. The rollout collector passes
       (tasks_per_update * K,) so every step of an update has one shape.
-    max_prompt_tokens: a prompt longer than this raises ValueError (None: the model's
+    max_prompt_tokens: a prompt longer than this raises ValueError (None: the
+      smaller of the largest prompt bucket, when buckets are set, and the model's
       max_position_embeddings - max_command_tokens).
     chat_template_kwargs: extra template arguments (Qwen3: enable_thinking=False).
     generate_fn: the sampler (default `models.sampling.generate`; tests may count
       calls).
+
+  Raises (construction):
+    ValueError: the chat template adds more tokens around x_t than
+      sampling_config.prompt_overhead_tokens (config key
+      `sampling.prompt_overhead_tokens`), or bad batch_buckets.
 
   Call: `policy(inputs: Sequence[str], rng: jax PRNG key) -> list[PolicyOutput]`.
   Attributes `timings` accumulate seconds spent in 'sampling' (generate, device sync
@@ -163,9 +193,21 @@ class SamplerPolicy:
     else:
       self.batch_buckets = tuple(1 << i for i in range(16))
     n_cmd = int(sampling_config.max_command_tokens)
-    self.max_prompt_tokens = (int(max_prompt_tokens) if max_prompt_tokens is not None
-                              else model_config.max_position_embeddings - n_cmd)
+    self.prompt_buckets = sampling_config.prompt_buckets
+    if max_prompt_tokens is not None:
+      self.max_prompt_tokens = int(max_prompt_tokens)
+    else:
+      self.max_prompt_tokens = model_config.max_position_embeddings - n_cmd
+      if self.prompt_buckets is not None:
+        self.max_prompt_tokens = min(self.max_prompt_tokens, self.prompt_buckets[-1])
     self.chat_template_kwargs = dict(chat_template_kwargs or {})
+    self.prompt_overhead = prompt_overhead_tokens(tokenizer, self.chat_template_kwargs)
+    if self.prompt_overhead > sampling_config.prompt_overhead_tokens:
+      raise ValueError(
+          f'the chat template adds {self.prompt_overhead} tokens around x_t, more than '
+          f'the {sampling_config.prompt_overhead_tokens} reserved by '
+          'config.sampling.prompt_overhead_tokens; raise it (the prompt and learner '
+          'length buckets derive from it)')
     self.generate_fn = generate_fn or sampling.generate
     self.stop_token_ids = tuple(int(i) for i in tokenizer.stop_token_ids)
     self.timings = {'sampling': 0.0, 'tokenization': 0.0}
@@ -190,8 +232,10 @@ class SamplerPolicy:
     for i, p in enumerate(ids):
       if len(p) > self.max_prompt_tokens:
         raise ValueError(f'policy prompt {i} has {len(p)} tokens > max_prompt_tokens '
-                         f'{self.max_prompt_tokens} (is memory.policy_input_limit '
-                         'larger than the model context allows?)')
+                         f'{self.max_prompt_tokens} (the largest of '
+                         f'sampling.prompt_buckets={self.prompt_buckets}, or the model '
+                         'context minus sampling.max_command_tokens; is x_t longer '
+                         'than memory.policy_input_limit, or the buckets stale?)')
     return [list(p) for p in ids]
 
   def __call__(self, inputs: Sequence[str], rng: Any) -> list[environment.PolicyOutput]:
@@ -204,12 +248,15 @@ class SamplerPolicy:
     n = len(prompts)
     padded = prompts + [prompts[0]] * (_bucket(n, self.batch_buckets) - n)
     t1 = time.perf_counter()
+    # Passed only when set, so a generate_fn predating prompt buckets still works.
+    extra = ({} if self.prompt_buckets is None
+             else {'prompt_buckets': self.prompt_buckets})
     out = self.generate_fn(
         self.model_config, self.params, padded, rng=rng,
         max_new_tokens=int(self.sampling_config.max_command_tokens),
         temperature=float(self.temperature), top_p=float(self.top_p),
         stop_token_ids=self.stop_token_ids,
-        pad_token_id=int(self.tokenizer.pad_token_id))
+        pad_token_id=int(self.tokenizer.pad_token_id), **extra)
     tokens = np.asarray(out.tokens)  # blocks until the device is done
     logprobs = np.asarray(out.logprobs, np.float64)
     lengths = np.asarray(out.lengths)
