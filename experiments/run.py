@@ -98,6 +98,114 @@ def resolve_config_argv(argv: Sequence[str]) -> list[str]:
   return out
 
 
+def _load_config_file(value: str) -> ml_collections.ConfigDict:
+  """Builds the config named by a resolved `--config` value the way config_flags does
+  (`module.get_config(*args after ':')`), so its errors can be reported cleanly."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  path, sep, arg = value.partition(':')
+  spec = importlib.util.spec_from_file_location('_vermem_cli_config', path)
+  if spec is None or spec.loader is None:
+    raise ValueError(f'--config={value}: {path} is not a Python config file')
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+    if not hasattr(module, 'get_config'):
+      raise ValueError(f'{path} defines no get_config()')
+    return module.get_config(*([arg] if sep else []))
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f'--config={value}: {e}') from e
+
+
+def _override_path(arg: str) -> str | None:
+  """'rl.learning_rate' for '--config.rl.learning_rate=3e-6' (or the bare flag)."""
+  for prefix in ('--config.', '-config.'):
+    if arg.startswith(prefix):
+      return arg[len(prefix):].partition('=')[0]
+  return None
+
+
+def check_config_argv(argv: Sequence[str]) -> None:
+  """Checks a resolved argv's `--config` file and `--config.<field>` names before absl.
+
+  Without this, a bad scale argument or a misspelled field surfaces as an absl
+  traceback from inside ml_collections (`AttributeError: "'nonexistent'"`).
+
+  Raises:
+    ValueError: the config file cannot be built (e.g. `:scale=huge`), or an override
+      names a field the config lacks (lists the section's fields, with a close match).
+  """
+  import difflib  # pylint: disable=g-import-not-at-top
+  value = None
+  for i, a in enumerate(argv):
+    if a == '--':
+      break
+    if a.startswith('--config='):
+      value = a[len('--config='):]
+    elif a == '--config' and i + 1 < len(argv):
+      value = argv[i + 1]
+  overrides = [p for p in map(_override_path, argv) if p]
+  if value is None:
+    return  # main() reports the missing --config
+  config = _load_config_file(value)
+  if not isinstance(config, ml_collections.ConfigDict):
+    return  # not ours to check
+  for path in overrides:
+    node, done = config, []
+    for key in path.split('.'):
+      if not isinstance(node, ml_collections.ConfigDict) or key not in node:
+        where = 'config' + ''.join('.' + d for d in done)
+        if not isinstance(node, ml_collections.ConfigDict):
+          raise ValueError(f'--config.{path}: {where} is a value, not a section')
+        known = sorted(node.keys())
+        close = difflib.get_close_matches(key, known, n=1)
+        hint = f' (did you mean {close[0]!r}?)' if close else ''
+        raise ValueError(f'--config.{path}: {where} has no field {key!r}{hint}; its '
+                         f'fields: {", ".join(known)}')
+      node = node[key]
+      done.append(key)
+
+
+def check_workdir_writable(workdir: str) -> None:
+  """Creates `workdir` if needed and proves a file can be written there.
+
+  Runs before any training so a read-only or mistyped path fails in a second, not
+  after the first phase's work.
+
+  Raises:
+    ValueError: naming the path and the OS error.
+  """
+  import tempfile  # pylint: disable=g-import-not-at-top
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.write_test'):
+      pass
+  except OSError as e:
+    raise ValueError(f'--workdir={workdir}: cannot write there ({e.strerror or e}); '
+                     'pass a writable --workdir') from e
+
+
+def check_verifier_endpoint(config: ml_collections.ConfigDict) -> None:
+  """For `verifier.backend='openai_compatible'`: builds the verifier (API key variable
+  set?) and sends one request (server up, URL and model right?) before any training.
+
+  Raises:
+    ValueError: `config.verifier: ...` naming what failed.
+  """
+  if config.verifier.backend != 'openai_compatible':
+    return
+  from vermem_jax import verifiers  # pylint: disable=g-import-not-at-top
+  try:
+    verifier = verifiers.make_verifier(common.library_configs(config)['verifier'])
+    try:
+      verifier.preflight()
+    finally:
+      verifier.close()
+  except ValueError as e:
+    if str(e).startswith('config.'):
+      raise
+    raise ValueError(f'config.verifier: {e}') from e
+
+
 def _leaves(cfg: Any, prefix: str = '') -> dict[str, Any]:
   out = {}
   for key, value in cfg.items():
@@ -209,6 +317,12 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   common.validate_config(config, check_paths=not dry_run)
   workdir = os.path.abspath(os.path.expanduser(workdir))
   plan = plan_phases(config.phase, workdir, config.scale)
+  if not dry_run:
+    check_workdir_writable(workdir)
+    # Overrides apply to every phase, so one check covers the tokenizer/model pair.
+    common.check_tokenizer_fits_model(config)
+    if any(p != 'sft' for p in plan):
+      check_verifier_endpoint(config)
   overrides = config_overrides(config)
   if dry_run:
     for path, value in sorted(_leaves(config).items()):
@@ -245,9 +359,14 @@ def main(argv: Sequence[str]) -> None:
   if config is None:
     raise app.UsageError('--config is required, e.g. --config=phase_b.py')
   workdir = _WORKDIR.value or config.workdir
+  from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
   try:
     run(config, workdir, dry_run=_DRY_RUN.value)
-  except (ValueError, MissingPrerequisiteError) as e:
+  except (ValueError, OSError, MissingPrerequisiteError,
+          checkpoints.CheckpointError) as e:
+    # Bad input (config, data file, checkpoint, path): the message names it; the
+    # traceback is for `-v 1`. What earlier phases saved stays in the workdir.
+    logging.debug('error traceback', exc_info=True)
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
 
@@ -255,6 +374,7 @@ def main(argv: Sequence[str]) -> None:
 def entry() -> None:
   try:
     argv = resolve_config_argv(sys.argv)
+    check_config_argv(argv)
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)

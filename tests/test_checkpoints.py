@@ -286,3 +286,32 @@ def test_sigkill_mid_save_keeps_previous_step(tmp_path):
     np.testing.assert_array_equal(np.asarray(got.params['w']),
                                   np.full((4096, 2048), float(got.step), np.float32))
     mgr.save(ck.TrainState(step=got.step + 1, params={'w': np.zeros((2, 2), np.float32)}))
+
+
+def test_other_model_gives_mismatch_hint_and_stray_entries_are_ignored(tmp_path):
+  """A phase restored into a different model (changed preset) says so; stray user
+  folders/files in the phase directory are neither steps nor touched."""
+  d = tmp_path / 'sft'
+  with ck.PhaseCheckpointManager(d) as mgr:
+    mgr.save(ck.TrainState(step=1, params={'w': jnp.ones((3,))}))
+    mgr.save(ck.TrainState(step=2, params={'w': jnp.ones((3,))}))
+  os.makedirs(d / 'backup_old' / 'params')
+  (d / 'notes.txt').write_text('lr sweep')
+  with ck.PhaseCheckpointManager(d) as mgr:
+    assert mgr.all_steps() == [1, 2]
+  for other in ({'w': jnp.zeros((4,))}, {'v': jnp.zeros((3,))}):
+    with pytest.raises(ck.CheckpointError, match=r'(?s)step 2: .*step 1: .*written for '
+                       r'another model .*Nothing was deleted'):
+      ck.restore_params_only(str(d), other)
+    with ck.PhaseCheckpointManager(d) as mgr:
+      with pytest.raises(ck.CheckpointError, match='written for another model'):
+        mgr.restore(ck.TrainState(step=0, params=other))
+  assert sorted(os.listdir(d)) == ['1', '2', 'backup_old', 'notes.txt']
+  params, step = ck.restore_params_only(str(d), {'w': jnp.zeros((3,))})
+  assert step == 2 and np.asarray(params['w']).tolist() == [1.0, 1.0, 1.0]
+  # A genuinely corrupt step is not described as a model mismatch.
+  _corrupt_arrays(os.path.join(d, '2'))
+  _corrupt_arrays(os.path.join(d, '1'))
+  with pytest.raises(ck.CheckpointError) as err:
+    ck.restore_params_only(str(d), {'w': jnp.zeros((3,))})
+  assert 'another model' not in str(err.value)

@@ -186,6 +186,11 @@ def test_paper_scale_requires_hf_checkpoint(tmp_path):
   with pytest.raises(ValueError, match='config.model.hf_checkpoint: .*config.json'):
     common.validate_config(c, check_paths=True)  # a folder without config.json
   (tmp_path / 'config.json').write_text(json.dumps(_HF_CONFIG))
+  # tokenizer.path unset at paper scale: the checkpoint folder must hold the tokenizer.
+  with pytest.raises(ValueError, match=r'config.tokenizer.path: .*holds none of .*'
+                     r'read from model.hf_checkpoint'):
+    common.validate_config(c, check_paths=True)
+  (tmp_path / 'tokenizer.json').write_text('{}')
   common.validate_config(c, check_paths=True)
 
 
@@ -342,3 +347,53 @@ def test_command_line_override_keeps_buckets_consistent():
   with pytest.raises(ValueError, match='config.sampling.prompt_buckets: largest bucket '
                      '2048 < '):
     common.validate_config(c)
+
+
+def test_check_paths_names_missing_split_file_and_bad_tokenizer(tmp_path):
+  """Caught by validation, before a trainer starts (was a FileNotFoundError traceback
+  from inside the SFT data loader / a transformers error)."""
+  c = common.get_config('sft')
+  c.data.data_dir = str(tmp_path)
+  (tmp_path / 'hotpotqa').mkdir()  # exists, but holds no split file
+  with pytest.raises(ValueError, match=r"config.data.hotpotqa_dir: no HotpotQA train "
+                     r"file in .*hotpot_train_v1.1.json"):
+    common.validate_config(c, check_paths=True)
+  (tmp_path / 'hotpotqa' / 'train_sample.json').write_text('[]')
+  c.tokenizer.path = str(tmp_path / 'missing_tok')
+  with pytest.raises(ValueError, match='config.tokenizer.path: .*does not exist'):
+    common.validate_config(c, check_paths=True)
+  (tmp_path / 'empty_tok').mkdir()
+  c.tokenizer.path = str(tmp_path / 'empty_tok')
+  with pytest.raises(ValueError, match='config.tokenizer.path: .*holds none of'):
+    common.validate_config(c, check_paths=True)
+  sp = tmp_path / 'tok.model'  # a SentencePiece file is a valid tokenizer path
+  sp.write_bytes(b'x')
+  c.tokenizer.path = str(sp)
+  common.validate_config(c, check_paths=True)
+
+
+def test_tokenizer_must_fit_model_vocab(tmp_path, qwen25_tokenizer_dir):
+  c = common.get_config('sft')
+  c.tokenizer.path = qwen25_tokenizer_dir
+  common.check_tokenizer_fits_model(c)  # tiny preset: Qwen's 151,936 rows
+  small = dict(_HF_CONFIG, vocab_size=1000)
+  (tmp_path / 'config.json').write_text(json.dumps(small))
+  c.model.hf_checkpoint = str(tmp_path)
+  with pytest.raises(ValueError, match=r"config.tokenizer.path: tokenizer .* has 151665 "
+                     r"ids but the model's vocab_size \(embedding rows\) is 1000"):
+    common.check_tokenizer_fits_model(c)
+
+
+def test_check_paths_names_missing_solver_and_verifier_checkpoints(tmp_path):
+  c = common.get_config('phase_a')
+  c.solver.hf_checkpoint = str(tmp_path / 'no_solver')
+  with pytest.raises(ValueError, match=r"config.solver.hf_checkpoint: '.*no_solver' is "
+                     'not a directory'):
+    common.validate_config(c, check_paths=True)
+  c.solver.hf_checkpoint = None
+  c.verifier.backend = 'local_model'
+  c.verifier.checkpoint_path = str(tmp_path / 'no_judge')
+  with pytest.raises(ValueError, match='config.verifier.checkpoint_path: .*no_judge'):
+    common.validate_config(c, check_paths=True)
+  c.verifier.checkpoint_path = ''  # random-init verifier (tests): allowed
+  common.validate_config(c, check_paths=True)

@@ -233,3 +233,50 @@ def test_pools_from_config(train, hotpotqa_dir, data_dir):
 def _pools_with(examples, dev_fraction, seed):
   cons, dev = hotpotqa.split_train_pools(examples, dev_fraction=dev_fraction, seed=seed)
   return [e.id for e in cons], [e.id for e in dev]
+
+
+def test_bad_files_name_path_and_row(tmp_path, raw_train):
+  """Careless-user files: BOM, truncation, wrong top level, bad bytes, empty question."""
+  f = tmp_path / "hotpot_train_v1.1.json"
+  rows = copy.deepcopy(raw_train[:3])
+  # A UTF-8 BOM (editor re-save) is accepted, rows unchanged.
+  f.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode("utf-8"))
+  got = hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  assert [e.id for e in got] == [r["_id"] for r in rows]
+  f.write_text(json.dumps(rows)[:-40])  # truncated download
+  with pytest.raises(ValueError, match=r"hotpot_train_v1\.1\.json: not valid JSON"):
+    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  f.write_text(json.dumps({"data": rows}))  # a dict, not the official list
+  with pytest.raises(ValueError, match="expected a JSON list of HotpotQA rows, got dict"):
+    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  f.write_bytes(b'[{"_id": "\xff\xfe"}]')  # Latin-1 / binary bytes
+  with pytest.raises(ValueError, match=r"hotpot_train_v1\.1\.json: not UTF-8"):
+    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  # A row without `_id` is named by its position in the file.
+  bad = copy.deepcopy(rows)
+  del bad[2]["_id"]
+  f.write_text(json.dumps(bad))
+  with pytest.raises(ValueError, match=r"json: row 2: .*field '_id' is missing"):
+    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  for key in ("question", "_id"):
+    bad = copy.deepcopy(rows)
+    bad[1][key] = "  "
+    f.write_text(json.dumps(bad))
+    with pytest.raises(ValueError, match=rf"row 1: .*field '{key}' is empty"):
+      hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  bad = copy.deepcopy(rows)
+  bad[0]["answer"] = 1984  # a number where the official files have a string
+  f.write_text(json.dumps(bad))
+  with pytest.raises(ValueError, match=r"row 0: .*field 'answer' must be a string, got int"):
+    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("source", "csv", r"source='csv'; expected one of \('json', 'tfds', 'hf'\)"),
+    ("dev_fraction", 1.5, r"dev_fraction must be in \[0, 1\), got 1.5"),
+    ("dev_fraction", 1.0, r"dev_fraction must be in \[0, 1\)"),
+    ("split_seed", "7", "split_seed must be an int"),
+])
+def test_data_config_rejects_bad_values(field, value, match):
+  with pytest.raises(ValueError, match=match):
+    hotpotqa.DataConfig(**{field: value})

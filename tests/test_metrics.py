@@ -207,3 +207,27 @@ def test_resumed_run_files_match_uninterrupted_run(tmp_path):
       r.pop('time', None)
     assert a == b, name
   assert _scalars(tmp_path / 'resumed', 'loss') == _scalars(tmp_path / 'straight', 'loss')
+
+
+@pytest.mark.parametrize('bad_line, match', [
+    ('{oops', r'metrics.jsonl:2: not valid JSON .*fix or delete that line'),
+    ('[1, 2]', r'row 2 \(\[1, 2\]\) is not a JSON object'),
+    ('{"step": "3", "loss": 1.0}', r"row 2 .* has step='3', not an integer"),
+])
+def test_resume_with_corrupt_metrics_line_raises_and_keeps_file(tmp_path, bad_line, match):
+  """A hand-edited / corrupted metrics.jsonl: resuming names the line and rewrites
+  nothing (the atomic rewrite happens only after every row checked out)."""
+  path = tmp_path / mt.METRICS_FILE
+  content = f'{{"step": 1, "time": 0.0, "loss": 2.0}}\n{bad_line}\n' \
+            '{"step": 2, "time": 0.0, "loss": 1.5}\n'
+  path.write_text(content)
+  with pytest.raises(ValueError, match=match):
+    mt.MetricsWriter(tmp_path, resume_step=1, tensorboard=False)
+  assert path.read_text() == content
+  assert not os.path.exists(str(path) + '.tmp')
+  adv = tmp_path / mt.ADVANTAGES_FILE
+  adv.write_text('{"update": 1}\n' + bad_line.replace('step', 'update') + '\n')
+  before = adv.read_text()
+  with pytest.raises(ValueError, match='advantages.jsonl'):
+    mt.AdvantageTable(tmp_path, 'phase_a', resume_update=1)
+  assert adv.read_text() == before

@@ -396,3 +396,30 @@ def test_matches_transformers_in_memory(family):
     ref = hf_model(torch.as_tensor(ids)).logits.numpy()
   ours = np.asarray(_forward(cfg, params, jnp.asarray(ids)))
   assert np.max(np.abs(ours - ref)) <= 1e-4
+
+
+def test_from_hf_corrupt_config_files_name_file_and_field(tmp_path):
+  """Truncated / non-object / ill-typed config.json: the error names the file and key."""
+  good = {'model_type': 'qwen2', 'vocab_size': 10, 'hidden_size': 8,
+          'intermediate_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 2,
+          'rope_theta': 1e4}
+  path = tmp_path / 'config.json'
+  path.write_text(json.dumps(good)[:-5])  # cut short, e.g. by an interrupted copy
+  with pytest.raises(ValueError, match=r'config\.json: not valid JSON'):
+    QwenConfig.from_hf(tmp_path)
+  path.write_text('[1, 2]')
+  with pytest.raises(ValueError, match=r'config\.json: expected a JSON object, got list'):
+    QwenConfig.from_hf(tmp_path)
+  path.write_text(json.dumps({**good, 'hidden_size': '8'}))
+  with pytest.raises(ValueError, match=r"field 'hidden_size' must be a JSON integer, "
+                     r"got '8'"):
+    QwenConfig.from_hf(tmp_path)
+  path.write_text(json.dumps({**good, 'num_hidden_layers': 0}))
+  with pytest.raises(ValueError, match=r'config\.json: QwenConfig\.num_hidden_layers '
+                     'must be a positive int'):
+    QwenConfig.from_hf(tmp_path)
+  path.write_text(json.dumps({**good, 'rms_norm_eps': None}))
+  with pytest.raises(ValueError, match="'rms_norm_eps' must be a JSON number"):
+    QwenConfig.from_hf(tmp_path)
+  path.write_text(json.dumps(good))
+  assert QwenConfig.from_hf(tmp_path).hidden_size == 8

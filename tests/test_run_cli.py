@@ -99,14 +99,16 @@ def test_incomplete_previous_phase_is_rerun(tmp_path, monkeypatch):
   assert run_cli.plan_phases('phase_a', workdir, 'tiny') == ['phase_a']
 
 
-def test_paper_scale_stops_with_command(tmp_path, monkeypatch):
+def test_paper_scale_stops_with_command(tmp_path, monkeypatch, qwen25_tokenizer_dir):
   calls = []
   _fake_runners(monkeypatch, calls)
   workdir = str(tmp_path / 'runs')
   config = common.get_config('phase_b', 'scale=paper')
   config.model.hf_checkpoint = str(tmp_path)
+  config.tokenizer.path = qwen25_tokenizer_dir
+  config.verifier.backend = 'heuristic'  # no verifier server in tests
   (tmp_path / 'config.json').write_text(json.dumps({  # a minimal HF Qwen2 config
-      'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 64,
+      'model_type': 'qwen2', 'vocab_size': 151936, 'hidden_size': 64,
       'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
       'num_key_value_heads': 2, 'rope_theta': 1e4, 'rms_norm_eps': 1e-6,
       'tie_word_embeddings': True, 'max_position_embeddings': 4096}))
@@ -184,3 +186,96 @@ def test_cli_paper_scale_path_form_and_errors(tmp_path):
   assert res.returncode == 2 and 'known configs' in res.stderr
   res = _cli('--config=sft.py', '--config.rl.no_such_field=1', '--dry_run')
   assert res.returncode != 0 and 'no_such_field' in res.stderr
+
+
+def test_check_config_argv_names_bad_fields_and_scale():
+  """Misspelled overrides / scales: one clear line (was an absl traceback from inside
+  ml_collections: AttributeError: "'nonexistent'")."""
+  def check(*args):
+    run_cli.check_config_argv(run_cli.resolve_config_argv(['run.py', *args]))
+  check('--config=phase_a', '--config.rl.learning_rate=3e-6', '--config.seed', '1')
+  with pytest.raises(ValueError, match=r"--config.rl.learning_rat: config.rl has no field "
+                     r"'learning_rat' \(did you mean 'learning_rate'\?\); its fields: "
+                     r'clip_epsilon, '):
+    check('--config=phase_a', '--config.rl.learning_rat=1')
+  with pytest.raises(ValueError, match="config has no field 'bogus'"):
+    check('--config', 'sft', '--config.bogus.x=1')
+  with pytest.raises(ValueError, match='config.rl.learning_rate is a value, not a section'):
+    check('--config=phase_a', '--config.rl.learning_rate.x=1')
+  with pytest.raises(ValueError, match=r"phase_b.py:scale=huge: unknown scale 'huge'"):
+    check('--config=phase_b.py:scale=huge')
+
+
+def test_cli_bad_override_is_one_line_without_traceback(tmp_path):
+  res = _cli('--config=phase_a', '--config.rl.nonexistent=1', '--dry_run', cwd=tmp_path)
+  assert res.returncode == 2
+  assert "error: --config.rl.nonexistent: config.rl has no field 'nonexistent'" in res.stderr
+  assert 'Traceback' not in res.stderr
+
+
+def test_unwritable_workdir_fails_before_any_phase(tmp_path, monkeypatch):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('')  # a path below a file can never be created (even as root)
+  with pytest.raises(ValueError, match=r'--workdir=.*a_file/runs: cannot write there'):
+    run_cli.run(common.get_config('sft'), str(blocker / 'runs'))
+  assert calls == []
+
+
+def test_tokenizer_larger_than_model_vocab_fails_before_any_phase(tmp_path, monkeypatch):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  config = common.get_config('sft')
+  config.model.hf_checkpoint = str(tmp_path)  # tiny HF config, Qwen tokenizer ids
+  (tmp_path / 'config.json').write_text(json.dumps({
+      'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 64,
+      'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
+      'rope_theta': 1e4}))
+  with pytest.raises(ValueError, match=r"config.tokenizer.path: .*151665 ids but the "
+                     r"model's vocab_size \(embedding rows\) is 1000"):
+    run_cli.run(config, str(tmp_path / 'runs'))
+  assert calls == []
+
+
+def test_failing_later_phase_keeps_earlier_checkpoints(tmp_path, monkeypatch):
+  """A phase that dies on bad input leaves the completed phases' files untouched."""
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  def bad_phase_a(config, workdir):
+    raise ValueError('malformed HotpotQA row _id=x: field question is empty')
+  monkeypatch.setitem(run_cli.PHASE_RUNNERS, 'phase_a', bad_phase_a)
+  workdir = str(tmp_path)
+  with pytest.raises(ValueError, match='malformed HotpotQA row'):
+    run_cli.run(common.get_config('phase_a'), workdir)
+  sft_dir = os.path.join(workdir, 'sft')
+  assert ck.phase_complete_step(sft_dir) == 3 and ck.has_checkpoint(sft_dir)
+  assert not run_cli.phase_is_complete(workdir, 'phase_a')
+  # The next attempt does not redo sft.
+  monkeypatch.setattr(run_cli, 'PHASE_RUNNERS', dict(run_cli.PHASE_RUNNERS,
+                                                     phase_a=lambda c, w: None))
+  with pytest.raises(RuntimeError, match='phase_a finished without a checkpoint'):
+    run_cli.run(common.get_config('phase_a'), workdir)
+  assert [c[0] for c in calls] == ['sft']
+
+
+def test_unreachable_verifier_fails_before_any_phase(tmp_path, monkeypatch):
+  """Scoring turns transport errors into fallback scores, so a wrong base_url would
+  silently train on fallbacks; run() probes the endpoint first."""
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  config = common.get_config('phase_a')
+  config.verifier.backend = 'openai_compatible'
+  config.verifier.base_url = 'http://127.0.0.1:9/v1'  # discard port: refused
+  config.verifier.api_key_env = ''
+  config.verifier.timeout_s = 1.0
+  with pytest.raises(ValueError, match=r"config.verifier: verifier endpoint check failed: "
+                     r"connection to http://127.0.0.1:9/v1/chat/completions failed"):
+    run_cli.run(config, str(tmp_path))
+  assert calls == []
+  config.verifier.api_key_env = 'VERMEM_TEST_UNSET_KEY_VAR'
+  monkeypatch.delenv('VERMEM_TEST_UNSET_KEY_VAR', raising=False)
+  with pytest.raises(ValueError, match="config.verifier: .*'VERMEM_TEST_UNSET_KEY_VAR', "
+                     'which is unset'):
+    run_cli.run(config, str(tmp_path))
+  assert calls == []

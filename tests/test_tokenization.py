@@ -193,3 +193,35 @@ def test_qwen_tokenizer_declares_newline_split_for_fast_policy_render(qwen25_tok
   a, b = "Retrieve(query=\"x\")  ", "[c3] Paris is 2,140 km away."
   assert tok.count_tokens(a + "\n" + b) == tok.count_tokens(a + "\n") + tok.count_tokens(b)
   assert tc.tokenizer_json_splits_after_newline({"model": {"type": "WordPiece"}}) is False
+
+
+def test_folder_without_tokenizer_files_names_what_is_missing(tmp_path):
+  """A model folder saved without its tokenizer: a one-line error, not transformers'."""
+  (tmp_path / "config.json").write_text("{}")
+  with pytest.raises(ValueError, match=r"holds none of .*tokenizer\.json"):
+    load_tokenizer(tmp_path)
+  with pytest.raises(ValueError, match="holds none of"):
+    tokenization.check_tokenizer_path(tmp_path)
+
+
+class _FakeModelConfig:
+  def __init__(self, vocab_size):
+    self.vocab_size = vocab_size
+
+
+def test_tokenizer_model_compat(qwen25, sp_model):
+  # Qwen2.5: 151,665 tokenizer ids fit the 151,936-row embedding table.
+  assert qwen25.vocab_size == 151665
+  tokenization.check_tokenizer_model_compat(qwen25, _FakeModelConfig(151936))
+  tokenization.check_tokenizer_model_compat(qwen25, _FakeModelConfig(151665))
+  # One row short: the last added token (151664) would index past the table.
+  with pytest.raises(ValueError, match=r"has 151665 ids but the model's vocab_size "
+                     r"\(embedding rows\) is 151664"):
+    tokenization.check_tokenizer_model_compat(qwen25, _FakeModelConfig(151664))
+  # A Qwen tokenizer with a small custom model: eos / pad are out of range too.
+  with pytest.raises(ValueError, match=r"special ids out of range: .*eos_token_id': 151645"):
+    tokenization.check_tokenizer_model_compat(qwen25, _FakeModelConfig(1000))
+  sp = load_tokenizer(sp_model)  # 800 pieces
+  tokenization.check_tokenizer_model_compat(sp, _FakeModelConfig(800))
+  with pytest.raises(ValueError, match="has 800 ids"):
+    tokenization.check_tokenizer_model_compat(sp, _FakeModelConfig(799))

@@ -277,3 +277,28 @@ def test_rejected_never_sent(server):
 def test_backend_error_is_exception_with_flag():
   e = llm.BackendError("HTTP 503", retryable=True)
   assert isinstance(e, Exception) and e.retryable
+
+
+def test_preflight_names_unreachable_endpoint(server):
+  """An endpoint that is down / wrong would silently turn every score into the
+  fallback; preflight (run.py calls it before training) fails fast and says why."""
+  v = make(server)
+  server.mode = "prose"  # any chat completion passes; its text is not checked
+  v.preflight()
+  assert len(server.requests) == 1 and server.requests[0]["body"]["model"] == "judge-1"
+  server.mode = "401"
+  with pytest.raises(ValueError, match=r"verifier endpoint check failed: HTTP 401 from "
+                     r"http://127\.0\.0\.1:\d+/v1/chat/completions .*verifier.model="
+                     r"'judge-1'"):
+    v.preflight()
+  server.mode = "garbage"
+  with pytest.raises(ValueError, match="unreadable chat-completions response"):
+    v.preflight()
+  v.close()
+  down = verifiers.make_verifier(dict(
+      backend="openai_compatible", base_url="http://127.0.0.1:9/v1", model="m",
+      api_key_env="", timeout_s=1.0))
+  with pytest.raises(ValueError, match=r"connection to http://127\.0\.0\.1:9/v1/chat/"
+                     r"completions failed"):
+    down.preflight()
+  down.close()

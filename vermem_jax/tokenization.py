@@ -282,18 +282,81 @@ def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
     FileNotFoundError: if `path` does not exist.
     ValueError: if the folder/file is not a loadable tokenizer.
   """
+  path = check_tokenizer_path(path)
+  if os.path.isfile(path):
+    return SentencePieceTokenizer(path)
+  return HFTokenizer(path)
+
+
+# Files of a Hugging Face tokenizer folder; one of them must be present (transformers
+# builds a fast tokenizer from tokenizer.json, or from vocab.json + merges.txt).
+HF_TOKENIZER_FILES = ("tokenizer.json", "vocab.json", "tokenizer_config.json",
+                      "tokenizer.model")
+
+
+def check_tokenizer_path(path: str | os.PathLike) -> str:
+  """Cheap check (no transformers import) that `path` can be a tokenizer; returns it.
+
+  Used by `load_tokenizer` and by config validation before a run starts.
+
+  Raises:
+    FileNotFoundError: `path` does not exist.
+    ValueError: a file that is not a SentencePiece `.model`, or a folder with none of
+      HF_TOKENIZER_FILES (e.g. a model folder saved without its tokenizer).
+  """
   path = os.fspath(path)
   if not os.path.exists(path):
     raise FileNotFoundError(f"tokenizer path {path!r} does not exist")
   if os.path.isfile(path):
-    if path.endswith(".model"):
-      return SentencePieceTokenizer(path)
-    raise ValueError(f"tokenizer file {path!r} is not a SentencePiece .model file; "
-                     "pass a Hugging Face tokenizer folder or a .model file")
-  return HFTokenizer(path)
+    if not path.endswith(".model"):
+      raise ValueError(f"tokenizer file {path!r} is not a SentencePiece .model file; "
+                       "pass a Hugging Face tokenizer folder or a .model file")
+    return path
+  if not any(os.path.isfile(os.path.join(path, n)) for n in HF_TOKENIZER_FILES):
+    raise ValueError(f"tokenizer folder {path!r} holds none of {HF_TOKENIZER_FILES}; "
+                     "point it at a Hugging Face tokenizer folder (e.g. the Qwen "
+                     "checkpoint folder with tokenizer.json) or a SentencePiece .model")
+  return path
+
+
+def check_tokenizer_model_compat(tokenizer: Tokenizer, model_config: Any) -> None:
+  """Raises if the tokenizer can emit ids the model has no embedding row for.
+
+  Qwen checkpoints pad the embedding table (151,936 rows) beyond the tokenizer's
+  151,665 ids, so `tokenizer.vocab_size <= model_config.vocab_size` is the condition
+  (an id >= vocab_size would index past the embedding table: JAX clamps out-of-range
+  gathers silently, so without this check training runs on garbage rows). Trainers
+  call it once, before the first step. The special ids (eos, pad, stop ids) are
+  checked too, since generation and padding use them directly.
+
+  Args:
+    tokenizer: a `Tokenizer` (needs `vocab_size`, `eos_token_id`, `pad_token_id`,
+      `stop_token_ids`).
+    model_config: a `models.QwenConfig` (needs `vocab_size`).
+  Raises:
+    ValueError: naming both sizes and the offending ids, e.g. a Qwen3 tokenizer with a
+      tiny custom model, or a SentencePiece model with a Qwen checkpoint.
+  """
+  model_vocab = int(model_config.vocab_size)
+  tok_vocab = int(tokenizer.vocab_size)
+  special = {"eos_token_id": tokenizer.eos_token_id,
+             "pad_token_id": tokenizer.pad_token_id}
+  for i in getattr(tokenizer, "stop_token_ids", ()):
+    special[f"stop_token_ids[{i}]"] = i
+  bad_special = {k: v for k, v in special.items()
+                 if v is not None and not 0 <= int(v) < model_vocab}
+  if tok_vocab > model_vocab or bad_special:
+    where = getattr(tokenizer, "path", type(tokenizer).__name__)
+    raise ValueError(
+        f"tokenizer {where!r} does not fit the model: it has {tok_vocab} ids but the "
+        f"model's vocab_size (embedding rows) is {model_vocab}"
+        + (f"; special ids out of range: {bad_special}" if bad_special else "")
+        + ". Use the tokenizer that belongs to the checkpoint (config.tokenizer.path) "
+        "or a model config with vocab_size >= the tokenizer's size")
 
 
 __all__ = [
     "Tokenizer", "HFTokenizer", "SentencePieceTokenizer", "load_tokenizer",
+    "check_tokenizer_path", "check_tokenizer_model_compat",
     "render_chatml", "STOP_TOKEN_STRINGS",
 ]

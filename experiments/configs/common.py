@@ -565,19 +565,65 @@ def validate_config(config: ml_collections.ConfigDict, *,
              f'(set --config.data.data_dir or ${paths.DATA_DIR_ENV})')
     _require(os.path.isdir(hotpotqa_dir(config)), 'data.hotpotqa_dir',
              f'{hotpotqa_dir(config)!r} is not a directory')
+    if config.data.source == 'json':
+      # Found now, not when the trainer builds its pools after model setup.
+      from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
+      try:
+        hotpotqa.find_split_file(hotpotqa.TRAIN, hotpotqa_dir(config))
+      except FileNotFoundError as e:
+        raise ValueError(f'config.data.hotpotqa_dir: {e}') from e
     if config.scale == 'paper' and config.data.source == 'json':
       official = os.path.join(hotpotqa_dir(config), PAPER_TRAIN_FILE)
       _require(os.path.isfile(official), 'data.hotpotqa_dir',
                f'paper scale trains on the full HotpotQA train split; {official} is '
                'missing (point --config.data.hotpotqa_dir at the official files)')
-    if config.model.hf_checkpoint:
-      _require(os.path.isdir(config.model.hf_checkpoint), 'model.hf_checkpoint',
-               f'{config.model.hf_checkpoint!r} is not a directory')
-    if config.tokenizer.path:
-      _require(os.path.isdir(config.tokenizer.path), 'tokenizer.path',
-               f'{config.tokenizer.path!r} is not a directory')
+    for field, folder in (('model.hf_checkpoint', config.model.hf_checkpoint),
+                          ('solver.hf_checkpoint', config.solver.hf_checkpoint),
+                          ('verifier.checkpoint_path', config.verifier.checkpoint_path
+                           if config.verifier.backend == 'local_model' else None)):
+      if folder:
+        _require(os.path.isdir(folder), field, f'{folder!r} is not a directory')
   if check_paths or not config.model.hf_checkpoint:
     model_config(config)  # unknown preset / unreadable checkpoint config.json
+  if check_paths:
+    # The trainers load config.tokenizer.path, else the checkpoint folder's tokenizer.
+    from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
+    tok_path = config.tokenizer.path or config.model.hf_checkpoint
+    _require(bool(tok_path), 'tokenizer.path',
+             'no tokenizer: set it, or model.hf_checkpoint whose folder holds one')
+    try:
+      tokenization.check_tokenizer_path(tok_path)
+    except (OSError, ValueError) as e:
+      hint = ('' if config.tokenizer.path else
+              ' (tokenizer.path is unset, so the tokenizer is read from '
+              'model.hf_checkpoint; set --config.tokenizer.path)')
+      raise ValueError(f'config.tokenizer.path: {e}{hint}') from e
+
+
+def check_tokenizer_fits_model(config: ml_collections.ConfigDict) -> None:
+  """Loads the run's tokenizer and raises if it can emit ids the model lacks.
+
+  Costs one tokenizer load (seconds), so `run.py` calls it once before training rather
+  than `validate_config` on every call. See `tokenization.check_tokenizer_model_compat`.
+
+  Raises:
+    ValueError: `config.tokenizer.path: ...` naming both vocabulary sizes, or the
+      tokenizer / model config problems `validate_config(check_paths=True)` reports.
+  """
+  path = config.tokenizer.path or config.model.hf_checkpoint
+  qwen_config = model_config(config)
+  try:
+    _check_tokenizer_fits(str(path), qwen_config)
+  except (OSError, ValueError) as e:
+    raise ValueError(f'config.tokenizer.path: {e}') from e
+
+
+@functools.lru_cache(maxsize=8)
+def _check_tokenizer_fits(path: str, qwen_config: Any) -> None:
+  # Cached: a command (or test) that runs several phases checks the same pair once.
+  from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
+  tokenization.check_tokenizer_model_compat(tokenization.load_tokenizer(path),
+                                            qwen_config)
 
 
 def model_config(config: ml_collections.ConfigDict) -> Any:

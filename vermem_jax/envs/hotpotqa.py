@@ -86,6 +86,18 @@ class DataConfig:
   dev_fraction: float = 0.1  # SPEC §4: 90% construction / 10% internal dev.
   split_seed: int = 0
 
+  def __post_init__(self):
+    if self.source not in SOURCES:
+      raise ValueError(f"DataConfig.source={self.source!r}; expected one of {SOURCES}")
+    # 1.0 would leave no construction pool (nothing to train on).
+    if (isinstance(self.dev_fraction, bool) or
+        not isinstance(self.dev_fraction, (int, float)) or
+        not 0.0 <= self.dev_fraction < 1.0):
+      raise ValueError(f"DataConfig.dev_fraction must be in [0, 1), got "
+                       f"{self.dev_fraction!r}")
+    if isinstance(self.split_seed, bool) or not isinstance(self.split_seed, int):
+      raise ValueError(f"DataConfig.split_seed must be an int, got {self.split_seed!r}")
+
   @classmethod
   def from_config(cls, section: Mapping[str, Any]) -> "DataConfig":
     """From a config section (dict-like), ignoring keys this class lacks."""
@@ -219,13 +231,19 @@ def _sent_id(value: Any, field: str, row_id: Any) -> int:
 
 def _build_example(row_id: Any, fields: Mapping[str, Any],
                    sf_pairs: Iterable[tuple[Any, Any]],
-                   ctx_pairs: Iterable[tuple[Any, Any]]) -> Example:
+                   ctx_pairs: Iterable[tuple[Any, Any]], id_field: str = "_id"
+                   ) -> Example:
   """Validates already-split fields; shared by the official and HF layouts."""
   supporting = []
   for i, (title, sent) in enumerate(sf_pairs):
     if not isinstance(title, str):
       raise _row_error(row_id, f"supporting_facts[{i}].title", "must be a string")
     supporting.append((title, _sent_id(sent, f"supporting_facts[{i}].sent_id", row_id)))
+  # An empty question or id gives a task the policy cannot act on (and ids key the
+  # 90/10 split); the official files have none, so such a row is corrupt.
+  for key, name in (("id", id_field), ("question", "question")):
+    if not fields[key].strip():
+      raise _row_error(row_id, name, "is empty")
   context = []
   for i, (title, sentences) in enumerate(ctx_pairs):
     if not isinstance(title, str):
@@ -306,7 +324,7 @@ def example_from_hf_row(row: Mapping[str, Any]) -> Example:
 
   sf_pairs = columns("supporting_facts", "title", "sent_id")
   ctx_pairs = columns("context", "title", "sentences")
-  return _build_example(row_id, fields, sf_pairs, ctx_pairs)
+  return _build_example(row_id, fields, sf_pairs, ctx_pairs, id_field="id")
 
 
 def example_to_json_row(example: Example) -> dict[str, Any]:
@@ -353,12 +371,21 @@ def find_split_file(split: str, data_dir: str | None = None) -> str:
 
 
 def read_json_rows(path: str) -> list[Any]:
-  """The list of raw rows of one official-layout JSON file. Raises ValueError."""
-  with open(path, "r", encoding="utf-8") as f:
+  """The list of raw rows of one official-layout JSON file.
+
+  A UTF-8 byte-order mark (files re-saved by some Windows editors) is accepted.
+
+  Raises:
+    ValueError: not UTF-8, not valid JSON (e.g. a truncated download), or not a list.
+  """
+  with open(path, "r", encoding="utf-8-sig") as f:
     try:
       rows = json.load(f)
     except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not valid JSON ({e})") from e
+      raise ValueError(f"{path}: not valid JSON ({e}); a truncated download or copy "
+                       "looks like this") from e
+    except UnicodeDecodeError as e:
+      raise ValueError(f"{path}: not UTF-8 text ({e})") from e
   if not isinstance(rows, list):
     raise ValueError(f"{path}: expected a JSON list of HotpotQA rows, got "
                      f"{type(rows).__name__}")
@@ -388,8 +415,13 @@ def load_examples(source: str, split: str, *, data_dir: str | None = None,
   """
   split = canonical_split(split)
   if source == "json":
-    rows = read_json_rows(path or find_split_file(split, data_dir))
-    examples = [example_from_json_row(r) for r in rows]
+    file = path or find_split_file(split, data_dir)
+    examples = []
+    for i, row in enumerate(read_json_rows(file)):
+      try:
+        examples.append(example_from_json_row(row))
+      except ValueError as e:  # say where: a row without `_id` has no other name
+        raise ValueError(f"{file}: row {i}: {e}") from e
   elif source == "tfds":
     if path is not None:
       raise ValueError("path= is only for source='json'; the tfds source reads the "

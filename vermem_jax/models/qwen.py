@@ -207,9 +207,14 @@ class QwenConfig:
         path = os.path.join(path, 'config.json')
       if not os.path.isfile(path):
         raise FileNotFoundError(f'no Hugging Face config.json at {path}')
-      with open(path) as f:
-        raw = json.load(f)
+      with open(path, encoding='utf-8') as f:
+        try:
+          raw = json.load(f)
+        except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+          raise ValueError(f'{path}: not valid JSON ({e})') from e
       where = path
+    if not isinstance(raw, Mapping):
+      raise ValueError(f'{where}: expected a JSON object, got {type(raw).__name__}')
 
     model_type = raw.get('model_type')
     if model_type is None:
@@ -253,24 +258,39 @@ class QwenConfig:
             f'{where}: qwen3 with attention_bias=true also has an o_proj bias, which '
             'the parameter tree does not hold; not supported')
 
-    num_heads = int(raw['num_attention_heads'])
+    def num(key, kind, value):
+      # A JSON number of the right kind; '4096' or 4096.5 is a corrupt config, not a
+      # value to coerce (int('abc') would fail without naming the field).
+      ok = (isinstance(value, int) if kind is int else isinstance(value, (int, float)))
+      if isinstance(value, bool) or not ok:
+        raise ValueError(f'{where}: field {key!r} must be a JSON '
+                         f'{"integer" if kind is int else "number"}, got {value!r}')
+      return kind(value)
+
+    num_heads = num('num_attention_heads', int, raw['num_attention_heads'])
     fields = dict(
-        vocab_size=int(raw['vocab_size']),
-        hidden_size=int(raw['hidden_size']),
-        intermediate_size=int(raw['intermediate_size']),
-        num_hidden_layers=int(raw['num_hidden_layers']),
+        vocab_size=num('vocab_size', int, raw['vocab_size']),
+        hidden_size=num('hidden_size', int, raw['hidden_size']),
+        intermediate_size=num('intermediate_size', int, raw['intermediate_size']),
+        num_hidden_layers=num('num_hidden_layers', int, raw['num_hidden_layers']),
         num_attention_heads=num_heads,
-        num_key_value_heads=int(raw.get('num_key_value_heads') or num_heads),
-        head_dim=(int(raw['head_dim']) if raw.get('head_dim') is not None else None),
-        rope_theta=float(rope_theta),
-        rms_norm_eps=float(raw.get('rms_norm_eps', 1e-6)),
+        num_key_value_heads=num('num_key_value_heads', int,
+                                raw.get('num_key_value_heads') or num_heads),
+        head_dim=(num('head_dim', int, raw['head_dim'])
+                  if raw.get('head_dim') is not None else None),
+        rope_theta=num('rope_theta', float, rope_theta),
+        rms_norm_eps=num('rms_norm_eps', float, raw.get('rms_norm_eps', 1e-6)),
         tie_word_embeddings=bool(raw.get('tie_word_embeddings', False)),
-        max_position_embeddings=int(raw.get('max_position_embeddings', 32768)),
+        max_position_embeddings=num('max_position_embeddings', int,
+                                    raw.get('max_position_embeddings', 32768)),
         attention_bias=attention_bias,
         qk_norm=qk_norm,
     )
     fields.update(overrides)
-    return cls(**fields)
+    try:
+      return cls(**fields)
+    except ValueError as e:  # __post_init__'s range checks: say which file
+      raise ValueError(f'{where}: {e}') from e
 
 
 # Published presets compute in bfloat16 but keep float32 master parameters: an RL

@@ -162,6 +162,28 @@ class _KeepStep(pp_lib.PreservationPolicy):
     return [info.step == keep for info in checkpoints]
 
 
+# Orbax's wording when a restore template's shapes / tree differ from the stored arrays.
+_MISMATCH_MARKERS = ('is not compatible with the stored shape',
+                     'tree structures do not match')
+
+
+def _no_restorable_error(directory: str, errors: Sequence[str]) -> CheckpointError:
+  """CheckpointError listing each step's error, with a hint when all are mismatches.
+
+  Every step failing on shapes or tree structure almost always means the run restores
+  into a different model than the one that saved (another `model.preset` or
+  `model.hf_checkpoint`), not that every checkpoint is corrupt.
+  """
+  msg = f'no restorable checkpoint in {directory}'
+  if errors:
+    msg += ':\n  ' + '\n  '.join(errors)
+  if errors and all(any(m in e for m in _MISMATCH_MARKERS) for e in errors):
+    msg += ('\nEvery step differs from the restore template in shapes or structure: '
+            'the checkpoints were written for another model (compare model.preset / '
+            'model.hf_checkpoint with the run that saved them). Nothing was deleted.')
+  return CheckpointError(msg)
+
+
 class PhaseCheckpointManager:
   """One Orbax CheckpointManager for one phase directory (`workdir/<phase>`).
 
@@ -373,8 +395,7 @@ class PhaseCheckpointManager:
                         'unrestorable step(s); nothing was deleted', s, self.directory,
                         len(errors))
       return state
-    raise CheckpointError(f'no restorable checkpoint in {self.directory}:\n  ' +
-                          '\n  '.join(errors))
+    raise _no_restorable_error(self.directory, errors)
 
   def restore_best(self, template: TrainState | None = None) -> TrainState | None:
     """The best checkpoint (selection metrics), else the newest; with fallback."""
@@ -433,8 +454,7 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
                         'falling back', s, directory, errors[-1])
         continue
       return restored['params'], s
-    raise CheckpointError(f'no restorable checkpoint in {directory}' +
-                          (':\n  ' + '\n  '.join(errors) if errors else ''))
+    raise _no_restorable_error(directory, errors)
   finally:
     mgr.close()
 

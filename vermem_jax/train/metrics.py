@@ -86,13 +86,32 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     except json.JSONDecodeError as e:
       if i == len(lines) - 1:  # no trailing newline: a write cut short by a kill
         break
-      raise ValueError(f'{path}:{i + 1}: not valid JSON ({e})') from e
+      raise ValueError(f'{path}:{i + 1}: not valid JSON ({e}); fix or delete that '
+                       'line (the file was left as it is)') from e
   return rows
 
 
+def _row_key(path: str, i: int, row: Any, key: str) -> int:
+  """row[key] as an int step; raises ValueError naming the file and row if it is not."""
+  if not isinstance(row, dict):
+    raise ValueError(f'{path}: row {i + 1} ({json.dumps(row)[:80]}) is not a JSON '
+                     'object; fix or delete that line (the file was left as it is)')
+  value = row.get(key, 0)
+  if isinstance(value, bool) or not isinstance(value, int):
+    raise ValueError(f'{path}: row {i + 1} ({json.dumps(row)[:80]}) has {key}={value!r}, '
+                     'not an integer; fix or delete that line (the file was left as '
+                     'it is)')
+  return value
+
+
 def _truncate_jsonl(path: str, key: str, keep_up_to: int) -> int:
-  """Atomically rewrites `path` keeping rows with row[key] <= keep_up_to; returns kept."""
-  rows = [r for r in read_jsonl(path) if int(r.get(key, 0)) <= keep_up_to]
+  """Atomically rewrites `path` keeping rows with row[key] <= keep_up_to; returns kept.
+
+  Every row is checked before anything is written, so a corrupt file raises ValueError
+  and stays byte-for-byte as it was.
+  """
+  rows = [r for i, r in enumerate(read_jsonl(path))
+          if _row_key(path, i, r, key) <= keep_up_to]
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
     for r in rows:

@@ -92,5 +92,24 @@ class OpenAICompatibleVerifier(llm.LLMVerifier):
       return llm.BackendError(f"non-text message content from {self._url}")
     return content
 
+  def preflight(self) -> None:
+    """Sends one tiny chat request; raises if the endpoint cannot answer it.
+
+    Scoring never raises on transport failures (they become the configured fallback
+    scores), so a mistyped `base_url` or a server that is not up would otherwise turn a
+    whole RL phase into fallback scores. Run once before training starts. The reply's
+    content is not checked (any text is fine), only that a chat completion came back.
+
+    Raises:
+      ValueError: naming the URL, the model and the transport error (HTTP status,
+        timeout, refused connection, unreadable body).
+    """
+    reply = self._request([{"role": "user", "content": "Reply with OK."}])
+    if isinstance(reply, llm.BackendError):
+      raise ValueError(
+          f"verifier endpoint check failed: {reply} (verifier.base_url="
+          f"{self.config.base_url!r}, verifier.model={self.config.model!r}); start the "
+          "server or fix the URL, or use --config.verifier.backend=heuristic")
+
   def close(self):
     self._pool.shutdown(wait=True)
