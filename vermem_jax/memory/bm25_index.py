@@ -14,7 +14,8 @@ bm25s falls back to its NumPy backend; we only use `BM25.index` / `get_scores`.
 
 Tokenization (documents and query): casefolded `\\w+` runs minus bm25s's English stop
 words. Ties are broken by entry order in M (older entry first), so results are
-deterministic. Only entries with a positive score (at least one shared term) return.
+deterministic. Only entries with a positive score (at least one shared term) return;
+when no active entry has any term there is nothing to rank (empty result).
 """
 
 import collections
@@ -76,8 +77,14 @@ def _index(entries, k1, b):
   if hit is not None:
     _cache.move_to_end(key)
     return hit[1], hit[2]
-  retriever = _bm25s().BM25(k1=k1, b=b)
-  retriever.index([tokenize(e.content) for e in entries], show_progress=False)
+  corpus = [tokenize(e.content) for e in entries]
+  if any(corpus):
+    retriever = _bm25s().BM25(k1=k1, b=b)
+    retriever.index(corpus, show_progress=False)
+  else:
+    # No entry has a term (stop words, emoji, invisible text only): nothing can score,
+    # and bm25s cannot index an empty vocabulary (it raises ValueError).
+    retriever = None
   _cache[key] = (entries, retriever, {})
   if len(_cache) > _CACHE_SIZE:
     _cache.popitem(last=False)
@@ -104,6 +111,8 @@ def rank(entries, query, top_k, k1=1.5, b=0.75):
     return []
   entries = tuple(entries)
   retriever, memo = _index(entries, k1, b)
+  if retriever is None:
+    return []
   # Rollouts that share a memory state often issue the same query: the ranking of an
   # index for given terms never changes, so it is memoized with the index.
   ranked = memo.get(terms)

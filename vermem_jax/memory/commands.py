@@ -21,11 +21,15 @@ Grammar (whitespace allowed between tokens and around the command):
 
 Keyword arguments may come in any order; a `Command` always holds them in the tool's
 schema order (unknown names after, sorted), so `format_command` is canonical and
-`parse_command(format_command(c)) == c` for every `Command`.
+`parse_command(format_command(c)) == c` for every `Command` whose argument names are
+identifiers and whose values are strings (or tuples of strings) of Unicode text (no
+unpaired surrogates).
 
 `parse_command` never raises: it returns a `Command` or a `ParseError` whose `kind` is
-`'parse'` (syntax: unterminated or badly escaped strings, positional arguments,
-duplicate keywords, nested lists, trailing text, text longer than `max_chars`, ...) or
+`'parse'` (syntax: unterminated or badly escaped strings, a string holding an unpaired
+UTF-16 surrogate such as `"\\ud800"` (not Unicode text: no tokenizer or UTF-8 file
+accepts it), positional arguments, duplicate keywords, nested lists, trailing text,
+text longer than `max_chars`, ...) or
 `'unknown_tool'` (a well-formed call whose name is not one of the eight op names; names
 are case-sensitive). Schema problems of a well-formed call (missing, unknown or
 ill-typed arguments) are not syntax errors: the executor rejects them as
@@ -40,6 +44,8 @@ import dataclasses
 import json
 import re
 from typing import Union
+
+from vermem_jax.memory import checks
 
 # Op names are shared by records, advantages and metrics across the project.
 ADD = 'Add'
@@ -311,10 +317,22 @@ def _parse(text, max_chars):
   if len(text) > max_chars:
     return ParseError('parse', f'command text has {len(text)} characters; the limit '
                       f'is {max_chars}')
-  fast = _fast_parse(text)
-  if fast is not None:
-    return fast
-  return _scan(text)
+  cmd = _fast_parse(text)
+  if cmd is None:
+    cmd = _scan(text)
+  if (isinstance(cmd, Command) and ('\\u' in text or not text.isascii())
+      and _has_surrogate_value(cmd)):
+    return ParseError('parse', 'a string holds an unpaired UTF-16 surrogate (not '
+                      'Unicode text)', cmd.op)
+  return cmd
+
+
+def _has_surrogate_value(cmd):
+  for _, v in cmd.args:
+    for x in (v,) if isinstance(v, str) else v:
+      if checks.has_surrogates(x):
+        return True
+  return False
 
 
 def _scan(text):
@@ -372,8 +390,9 @@ def format_command(command):
 
 def _well_typed(kind, value):
   if kind == 'str':
-    return isinstance(value, str)
-  return isinstance(value, tuple) and all(isinstance(v, str) for v in value)
+    return isinstance(value, str) and not checks.has_surrogates(value)
+  return isinstance(value, tuple) and all(
+      isinstance(v, str) and not checks.has_surrogates(v) for v in value)
 
 
 def schema_problems(command):
@@ -399,8 +418,17 @@ def schema_problems(command):
       problems.append(f'missing argument {name!r}')
     elif not _well_typed(kind, given[name]):
       problems.append(f'argument {name!r} must be '
-                      + ('a string' if kind == 'str' else 'a list of strings'))
+                      + ('a string' if kind == 'str' else 'a list of strings')
+                      + _surrogate_note(given[name]))
   for name in given:
     if name not in kinds:
       problems.append(f'unknown argument {shorten(name)} for {command.op}')
   return problems
+
+
+def _surrogate_note(value):
+  values = (value,) if isinstance(value, str) else value
+  if isinstance(values, tuple) and any(
+      isinstance(v, str) and checks.has_surrogates(v) for v in values):
+    return ' of Unicode text (it holds an unpaired surrogate)'
+  return ''

@@ -17,7 +17,9 @@ commits exactly the specified transition or rejects:
 Transitions and the violation of each failed check:
 
 - Add(content, source_refs): new active entry `m{n}`, version 0, content stripped.
-  Empty content -> bad_argument. No sources -> unsupported_write. Each source must be
+  Empty content (no visible character, checks.is_blank) or a chat-control tag in it
+  (checks.control_markup: the solver reads M and C as prompt text) -> bad_argument.
+  No sources -> unsupported_write. Each source must be
   an id of this task (other namespace -> foreign_ref; unknown / wrong kind ->
   missing_id) naming an active entry, a C item, or an H event not written by the policy
   (memory decisions and rejected commands are not sources) -> else unsupported_write.
@@ -43,13 +45,16 @@ Transitions and the violation of each failed check:
   task_action, tool_output and conclusion events; policy-written events or events
   already in C -> bad_argument. Over budget -> context_overflow.
 - Summarize(source_refs, summary): replaces the C items by one 'summary' item at the
-  first one's position; originals stay in H. Protected items -> protected_removal; not
+  first one's position; originals stay in H. Protected items -> protected_removal; an
+  empty summary or one with a chat-control tag -> bad_argument; not
   shorter in tokens than the items it replaces -> bad_argument; an unsupported number,
   date or time -> unsupported_write; over budget -> context_overflow.
 
 Provenance: sources, evidence, origin and `protected` of new records come from the
 executor's records of the cited ids, never from the command; ids of another task never
-resolve; state text is never parsed as a command. Leakage (checks.leaked): a written
+resolve; state text is never parsed as a command; strings with unpaired surrogates
+never parse and texts stored in H are scrubbed of them, so every state text encodes
+as UTF-8 and tokenizes. Leakage (checks.leaked): a written
 text (content, new_content, summary, reason) containing a `state.forbidden` string that
 its grounding (cited source texts, the entry's own text for Update/Delete, and q) does
 not contain.
@@ -103,6 +108,10 @@ class Transition:
   message: str = ''
 
 
+# Unsupported fact tokens named in one violation message (decision: messages stay short).
+_MAX_LISTED = 10
+
+
 class _Checks:
   """Collects violations, one per kind, messages joined."""
 
@@ -133,8 +142,9 @@ def _reject(state, config, count_tokens, text, found, op, command, is_tool_call)
 def _clip(text, config):
   limit = config.history_command_max_chars
   if len(text) > limit:
-    return text[:limit] + f'... [{len(text) - limit} more characters]'
-  return text
+    text = text[:limit] + f'... [{len(text) - limit} more characters]'
+  # A caller's raw text may hold unpaired surrogates, which tokenizers reject.
+  return checks.scrub_surrogates(text)
 
 
 def _dedupe(refs):
@@ -188,12 +198,19 @@ def _sources(state, refs, found, exclude=None):
   return recs
 
 
+def _check_markup(found, name, text):
+  tag = checks.control_markup(text)
+  if tag is not None:
+    found.add('bad_argument', f'{name} holds the chat-control tag {tag!r}')
+
+
 def _check_written(state, config, found, text, grounding, check_numbers):
   if check_numbers:
     bad = checks.unsupported_facts(text, grounding)
     if bad:
-      found.add('unsupported_write',
-                f'not supported by the sources: {", ".join(bad)}')
+      more = f' and {len(bad) - _MAX_LISTED} more' if len(bad) > _MAX_LISTED else ''
+      found.add('unsupported_write', 'not supported by the sources: '
+                f'{", ".join(bad[:_MAX_LISTED])}{more}')
   leaks = checks.leaked([text], list(grounding) + [state.q], state.forbidden)
   if leaks:
     found.add('leakage', f'writes {len(leaks)} forbidden string(s) not present in '
@@ -201,7 +218,7 @@ def _check_written(state, config, found, text, grounding, check_numbers):
 
 
 def _memory_decision(state, count_tokens, command_text, outcome):
-  text = f'{command_text} -> {outcome}'
+  text = checks.scrub_surrogates(f'{command_text} -> {outcome}')
   event = st.HistoryEvent(id=st.make_id(state.ns, 'h', len(state.H) + 1),
                           step=state.step, kind=st.EV_MEMORY_DECISION, text=text,
                           tokens=count_tokens(text))
@@ -220,8 +237,9 @@ def _replace_entry(state, entry):
 def _op_add(state, cmd, config, count_tokens, found):
   content = cmd.get('content').strip()
   refs = _dedupe(cmd.get('source_refs'))
-  if not content:
+  if checks.is_blank(content):
     found.add('bad_argument', 'content is empty')
+  _check_markup(found, 'content', content)
   if not refs:
     found.add('unsupported_write', 'no source_refs given')
   recs = _sources(state, refs, found)
@@ -272,8 +290,9 @@ def _op_update(state, cmd, config, count_tokens, found):
   entry = _active_entry(state, cmd.get('memory_id'), found)
   content = cmd.get('new_content').strip()
   refs = _dedupe(cmd.get('source_refs'))
-  if not content:
+  if checks.is_blank(content):
     found.add('bad_argument', 'new_content is empty')
+  _check_markup(found, 'new_content', content)
   if not refs:
     found.add('unsupported_write', 'no source_refs given')
   recs = _sources(state, refs, found,
@@ -311,7 +330,7 @@ def _op_delete(state, cmd, config, count_tokens, found):
   del count_tokens
   entry = _active_entry(state, cmd.get('memory_id'), found)
   reason = cmd.get('reason').strip()
-  if not reason:
+  if checks.is_blank(reason):
     found.add('unjustified_delete', 'reason is empty')
   if found:
     return None
@@ -347,7 +366,7 @@ def _new_items(state, specs, count_tokens):
 
 def _op_retrieve(state, cmd, config, count_tokens, found):
   query = cmd.get('query').strip()
-  if not query:
+  if checks.is_blank(query):
     found.add('bad_argument', 'query is empty')
     return None
   present = {(it.origin, it.text) for it in state.C if it.kind == st.RETRIEVED}
@@ -443,8 +462,9 @@ def _op_summarize(state, cmd, config, count_tokens, found):
   refs = _dedupe(cmd.get('source_refs'))
   summary = cmd.get('summary').strip()
   items = _context_refs(state, refs, 'source_refs', found)
-  if not summary:
+  if checks.is_blank(summary):
     found.add('bad_argument', 'summary is empty')
+  _check_markup(found, 'summary', summary)
   if found:
     return None
   before = sum(it.tokens for it in items)

@@ -50,7 +50,8 @@ def interact(state, task_action, observation, count_tokens, config, *,
     return state.evolve(env_item_id=None), config.cost_context_overflow
   item = st.ContextItem(
       id=st.make_id(state.ns, 'c', state.next_c), kind=st.OBSERVATION,
-      text=state.H[-1].text, source_refs=refs, evidence=state.H[-1].evidence,
+      text=state.H[-1].text, source_refs=state.H[-1].source_refs,
+      evidence=state.H[-1].evidence,
       protected=bool(protected), origin=event_id, tokens=tokens)
   return state.evolve(C=state.C + (item,), next_c=state.next_c + 1,
                              env_item_id=item.id), 0.0

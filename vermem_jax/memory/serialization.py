@@ -25,8 +25,11 @@ any that does not fit: M newest entry first, C protected/instruction/current ite
 first then newest, H most recent first. Headers state how many were left out.
 
 State text is data: every text is a JSON string literal (quotes, backslashes, newlines
-escaped), so an observation that reads like a command can only appear inside quotes
-and can never close the quoted string or the STATE block; nothing here is ever executed.
+escaped; also, as \\uXXXX, line/paragraph separators, C1 controls, invisible format
+characters and the "<" of special-token-like tags such as "<|im_end|>"), so an
+observation that reads like a command, an id line or a chat-turn marker can only appear
+inside quotes and can never close the quoted string, the STATE block or the chat turn;
+nothing here is ever executed.
 
 Never over the limit. Each piece of the text (instruction block, task block, header,
 record line) has a token cost under the counter's cost model (see `cost_model` and
@@ -58,8 +61,10 @@ not seen before.
 import collections
 import functools
 import json
+import re
 import warnings
 
+from vermem_jax.memory import checks
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import state as st
 from vermem_jax.memory import token_count
@@ -120,9 +125,41 @@ def cost_model(count_tokens):
   return GENERIC
 
 
-# JSON string literal with non-ASCII kept (what json.dumps(ensure_ascii=False) writes for
-# a str), without building a JSONEncoder per call.
-_q = json.encoder.encode_basestring
+_json_str = json.encoder.encode_basestring
+# Characters that json.dumps(ensure_ascii=False) leaves raw but that could blur the
+# framing for a reader or a tokenizer, written as \\uXXXX escapes instead: C1 controls
+# and DEL, line/paragraph separators (line breaks for many readers), format characters
+# (bidi overrides, zero-width and invisible "tag" characters that hide text),
+# unpaired surrogates (no tokenizer accepts them), and the "<" that opens a
+# special-token-like tag ("<|im_end|>", "<tool_call>", "</think>"): Qwen tokenizers
+# read those strings in plain text as control tokens, so a raw one inside a quoted text
+# would end the chat turn around g(s).
+_UNSAFE = re.compile(
+    '[\x7f-\x9f\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e'
+    '\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb'
+    '\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3'
+    '\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f\ud800-\udfff]')
+_TAG_OPEN = checks.TAG_OPEN
+
+
+def _escape(m):
+  cp = ord(m.group())
+  if cp <= 0xFFFF:
+    return f'\\u{cp:04x}'
+  cp -= 0x10000  # JSON writes astral characters as a UTF-16 surrogate pair
+  return f'\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}'
+
+
+def _q(text):
+  """JSON string literal of `text` (valid JSON; `json.loads` gives `text` back) in
+  which no character can end the line, the quote or the chat turn (`_UNSAFE`,
+  `_TAG_OPEN`)."""
+  literal = _json_str(text)
+  if not literal.isascii() or '\x7f' in literal:
+    literal = _UNSAFE.sub(_escape, literal)
+  if '<' in literal:
+    literal = _TAG_OPEN.sub('\\\\u003c', literal)
+  return literal
 
 
 @functools.lru_cache(maxsize=4096)

@@ -39,6 +39,28 @@ JSON schema (`to_json` / `from_json`; `to_dict` / `from_dict` for the dict form)
 
 `forbidden` holds strings the policy must not write in a no-reference setting (answer,
 supporting-fact labels; see executor leakage check). It is never rendered by g(s).
+
+Trust. A JSON state is a trusted artifact written by this code (rollout records, test
+fixtures, bug reports), never policy input: `protected`, `source_refs`, `evidence`,
+`origin` and `forbidden` are taken as recorded (provenance cannot be re-derived from a
+file). `from_json` checks the schema and the invariants the executor relies on and
+raises ValueError naming the field otherwise: exact key sets (unknown fields are
+errors), types, non-negative ints, no unpaired surrogates, task_id non-empty, `M[i].id`
+= `{ns}:m{i+1}` and `H[i].id` = `{ns}:h{i+1}`, C ids of this task, unique and below
+`next_c`, C origins ids of this task, `env_item_id` an item of C, versions numbered
+0..k, active entries without deletion data. Malformed JSON (including nesting too deep
+for the decoder) is a ValueError as well.
+
+Namespace collisions. `ns` has 24 bits, so among ~5,000 task ids two share one (e.g.
+'task-3968' and 'task-5372' both map to '9c7d46'). Isolation never depends on it: a
+state holds only its own records and every lookup is in that state, so another task's
+id resolves at most to *this* task's record with the same id, never to the other
+task's text. The namespace only lets the executor classify an id of another
+namespace as 'foreign_ref' (cost 1.0) rather than 'missing_id' (0.5); under a
+collision a foreign id is classified like an own id. Decision: keep 6 hex digits. Each
+rendered and cited id costs ~8 Qwen tokens with 6 digits (digits are single tokens),
+~14 with 12, and g(s) shows tens of ids per decision; the misclassification needs a
+policy to emit the one other task's id that collides, which it never sees.
 """
 
 import dataclasses
@@ -47,6 +69,8 @@ import hashlib
 import json
 import re
 from typing import Optional
+
+from vermem_jax.memory import checks
 
 SCHEMA = 'vermem.memory_state/1'
 
@@ -255,8 +279,9 @@ class MemoryState:
     """Inverse of `to_json`; raises ValueError naming the bad field."""
     try:
       d = json.loads(text)
-    except (TypeError, ValueError) as e:
-      raise ValueError(f'MemoryState.from_json: not valid JSON: {e}') from None
+    except (TypeError, ValueError, RecursionError) as e:
+      raise ValueError(f'MemoryState.from_json: not valid JSON: '
+                       f'{type(e).__name__}: {str(e)[:200]}') from None
     return _state_from_dict(d)
 
 
@@ -289,15 +314,20 @@ def new_state(task_id, q, count_tokens, *, instruction=None, task_state='',
     task_state: current environment state text.
     forbidden: leakage strings for no-reference settings (answer, labels).
 
+  Texts (q, task_state, instruction, forbidden; also in the other builders) have
+  unpaired surrogates replaced by U+FFFD.
+
   Raises:
-    ValueError: empty or non-string task_id / q.
+    ValueError: empty or non-string task_id / q, or a task_id with an unpaired
+      surrogate.
   """
-  if not isinstance(task_id, str) or not task_id:
-    raise ValueError(f'task_id must be a non-empty string, got {task_id!r}')
+  if not isinstance(task_id, str) or not task_id or checks.has_surrogates(task_id):
+    raise ValueError(f'task_id must be a non-empty string of Unicode text, got '
+                     f'{task_id!r}')
   if not isinstance(q, str):
     raise ValueError(f'q must be a string, got {type(q).__name__}')
-  state = MemoryState(task_id=task_id, q=q, task_state=str(task_state),
-                      forbidden=tuple(str(f) for f in forbidden))
+  state = MemoryState(task_id=task_id, q=_text(q), task_state=_text(task_state),
+                      forbidden=tuple(_text(f) for f in forbidden))
   if instruction is not None:
     state, _ = add_context(state, INSTRUCTION, instruction, count_tokens,
                            protected=True)
@@ -313,12 +343,12 @@ def add_context(state, kind, text, count_tokens, *, source_refs=(), evidence=Non
   """
   if kind not in CONTEXT_KINDS:
     raise ValueError(f'unknown context kind {kind!r}; kinds are {CONTEXT_KINDS}')
-  refs = tuple(source_refs)
-  ev = refs if evidence is None else tuple(evidence)
+  refs, ev = _refs(source_refs, evidence)
   item_id = make_id(state.ns, 'c', state.next_c)
-  item = ContextItem(id=item_id, kind=kind, text=str(text), source_refs=refs,
+  text = _text(text)
+  item = ContextItem(id=item_id, kind=kind, text=text, source_refs=refs,
                      evidence=tuple(sorted(set(ev))), protected=bool(protected),
-                     origin=origin, tokens=count_tokens(str(text)))
+                     origin=origin, tokens=count_tokens(text))
   c = list(state.C)
   c.insert(len(c) if position is None else position, item)
   return state.evolve(C=tuple(c), next_c=state.next_c + 1), item_id
@@ -329,31 +359,41 @@ def add_history(state, kind, text, count_tokens, *, source_refs=(), evidence=Non
   """Trusted: appends an H event; returns (state, event_id)."""
   if kind not in HISTORY_KINDS:
     raise ValueError(f'unknown history kind {kind!r}; kinds are {HISTORY_KINDS}')
-  refs = tuple(source_refs)
-  ev = refs if evidence is None else tuple(evidence)
+  refs, ev = _refs(source_refs, evidence)
   event_id = make_id(state.ns, 'h', len(state.H) + 1)
+  text = _text(text)
   event = HistoryEvent(id=event_id, step=state.step if step is None else step,
-                       kind=kind, text=str(text), source_refs=refs,
-                       evidence=tuple(sorted(set(ev))),
-                       tokens=count_tokens(str(text)))
+                       kind=kind, text=text, source_refs=refs,
+                       evidence=tuple(sorted(set(ev))), tokens=count_tokens(text))
   return state.evolve(H=state.H + (event,)), event_id
 
 
 def add_entry(state, content, count_tokens, *, source_refs=(), evidence=None):
   """Trusted: appends an active LTM entry (prepared M_0); returns (state, entry_id)."""
-  refs = tuple(source_refs)
-  ev = refs if evidence is None else tuple(evidence)
+  refs, ev = _refs(source_refs, evidence)
   entry_id = make_id(state.ns, 'm', len(state.M) + 1)
-  version = LTMVersion(version=0, content=str(content), source_refs=refs,
+  content = _text(content)
+  version = LTMVersion(version=0, content=content, source_refs=refs,
                        evidence=tuple(sorted(set(ev))), step=state.step,
-                       tokens=count_tokens(str(content)))
+                       tokens=count_tokens(content))
   entry = LTMEntry(id=entry_id, versions=(version,))
   return state.evolve(M=state.M + (entry,)), entry_id
 
 
 def set_task_state(state, task_state):
   """Trusted: replaces the current environment state text."""
-  return state.evolve(task_state=str(task_state))
+  return state.evolve(task_state=_text(task_state))
+
+
+def _refs(source_refs, evidence):
+  refs = tuple(_text(r) for r in source_refs)
+  return refs, refs if evidence is None else tuple(_text(r) for r in evidence)
+
+
+def _text(value):
+  """str(value) with unpaired surrogates replaced by U+FFFD: environment text may
+  come from JSON "\\ud800" escapes, and no tokenizer or UTF-8 file accepts them."""
+  return checks.scrub_surrogates(str(value))
 
 
 # ---------------------------------------------------------------------------
@@ -383,24 +423,83 @@ def _state_to_dict(s):
   }
 
 
+def _bad(where, message):
+  return ValueError(f'MemoryState.from_json: field {where} {message}')
+
+
 def _get(d, key, typ, where, optional=False):
-  if not isinstance(d, dict) or key not in d:
+  if not isinstance(d, dict):
+    raise ValueError(f'MemoryState.from_json: {where} must be an object, got '
+                     f'{type(d).__name__}')
+  if key not in d:
     raise ValueError(f'MemoryState.from_json: missing field {where}.{key}')
   v = d[key]
   if optional and v is None:
     return None
   if typ is int and isinstance(v, bool) or not isinstance(v, typ):
-    raise ValueError(f'MemoryState.from_json: field {where}.{key} must be '
-                     f'{typ.__name__}, got {type(v).__name__}')
+    raise _bad(f'{where}.{key}', f'must be {typ.__name__}, got {type(v).__name__}')
+  if typ is int and v < 0:
+    raise _bad(f'{where}.{key}', f'must be >= 0, got {v}')
+  if typ is str and checks.has_surrogates(v):
+    raise _bad(f'{where}.{key}', 'holds an unpaired surrogate (not Unicode text)')
   return v
 
 
 def _strs(d, key, where):
   v = _get(d, key, list, where)
-  if not all(isinstance(x, str) for x in v):
-    raise ValueError(f'MemoryState.from_json: field {where}.{key} must be a list of '
-                     'strings')
+  if not all(isinstance(x, str) and not checks.has_surrogates(x) for x in v):
+    raise _bad(f'{where}.{key}', 'must be a list of strings (Unicode text)')
   return tuple(v)
+
+
+_KEYS = {
+    'state': ('schema', 'task_id', 'q', 'task_state', 'step', 'tool_calls', 'next_c',
+              'env_item_id', 'forbidden', 'M', 'C', 'H'),
+    'M': ('id', 'status', 'deletion_reason', 'deleted_step', 'versions'),
+    'versions': ('version', 'content', 'source_refs', 'evidence', 'step', 'tokens'),
+    'C': ('id', 'kind', 'text', 'source_refs', 'evidence', 'protected', 'origin',
+          'tokens'),
+    'H': ('id', 'step', 'kind', 'text', 'source_refs', 'evidence', 'tokens'),
+}
+
+
+def _no_unknown(d, kind, where):
+  if isinstance(d, dict) and len(d) > len(_KEYS[kind]):
+    extra = sorted(set(d) - set(_KEYS[kind]))
+    raise ValueError(f'MemoryState.from_json: unknown field(s) {extra} in {where}')
+
+
+def _check_ids(state):
+  """Id invariants the executor relies on (module docstring: Ids)."""
+  ns = state.ns
+  for i, e in enumerate(state.M):
+    if e.id != make_id(ns, 'm', i + 1):
+      raise _bad(f'M[{i}].id', f'is {e.id!r}; expected {make_id(ns, "m", i + 1)!r} '
+                 '(entry n of this task is M[n-1])')
+    if [v.version for v in e.versions] != list(range(len(e.versions))):
+      raise _bad(f'M[{i}].versions', 'must be numbered 0, 1, ... in order')
+    if e.status == ACTIVE and (e.deletion_reason is not None or
+                               e.deleted_step is not None):
+      raise _bad(f'M[{i}].deletion_reason', 'must be null for an active entry')
+  for i, ev in enumerate(state.H):
+    if ev.id != make_id(ns, 'h', i + 1):
+      raise _bad(f'H[{i}].id', f'is {ev.id!r}; expected {make_id(ns, "h", i + 1)!r} '
+                 '(event n of this task is H[n-1])')
+  seen = set()
+  for i, it in enumerate(state.C):
+    p = parse_id(it.id)
+    if p is None or p[0] != ns or p[1] != 'c' or p[2] >= state.next_c:
+      raise _bad(f'C[{i}].id', f'is {it.id!r}; expected {ns}:c<n> with n < next_c '
+                 f'= {state.next_c}')
+    if it.id in seen:
+      raise _bad(f'C[{i}].id', f'{it.id!r} occurs twice')
+    seen.add(it.id)
+    if it.origin is not None and (parse_id(it.origin) or ('',))[0] != ns:
+      raise _bad(f'C[{i}].origin', f'{it.origin!r} is not a record id of this task')
+  if state.env_item_id is not None and state.env_item_id not in seen:
+    raise _bad('state.env_item_id', f'{state.env_item_id!r} is not an item of C')
+  if state.next_c < 1:
+    raise _bad('state.next_c', 'must be >= 1')
 
 
 def _state_from_dict(d):
@@ -409,18 +508,24 @@ def _state_from_dict(d):
   if d.get('schema') != SCHEMA:
     raise ValueError(f'MemoryState.from_json: field schema must be {SCHEMA!r}, got '
                      f'{d.get("schema")!r}')
+  _no_unknown(d, 'state', 'the top level')
+  task_id = _get(d, 'task_id', str, 'state')
+  if not task_id:
+    raise _bad('state.task_id', 'must be a non-empty string')
   m = []
   for i, e in enumerate(_get(d, 'M', list, 'state')):
     w = f'M[{i}]'
     versions = []
     for j, v in enumerate(_get(e, 'versions', list, w)):
       wv = f'{w}.versions[{j}]'
+      _no_unknown(v, 'versions', wv)
       versions.append(LTMVersion(
           version=_get(v, 'version', int, wv), content=_get(v, 'content', str, wv),
           source_refs=_strs(v, 'source_refs', wv), evidence=_strs(v, 'evidence', wv),
           step=_get(v, 'step', int, wv), tokens=_get(v, 'tokens', int, wv)))
     if not versions:
       raise ValueError(f'MemoryState.from_json: field {w}.versions is empty')
+    _no_unknown(e, 'M', w)
     status = _get(e, 'status', str, w)
     if status not in (ACTIVE, DELETED):
       raise ValueError(f'MemoryState.from_json: field {w}.status is {status!r}')
@@ -431,6 +536,7 @@ def _state_from_dict(d):
   c = []
   for i, it in enumerate(_get(d, 'C', list, 'state')):
     w = f'C[{i}]'
+    _no_unknown(it, 'C', w)
     kind = _get(it, 'kind', str, w)
     if kind not in CONTEXT_KINDS:
       raise ValueError(f'MemoryState.from_json: field {w}.kind is {kind!r}')
@@ -442,6 +548,7 @@ def _state_from_dict(d):
   h = []
   for i, ev in enumerate(_get(d, 'H', list, 'state')):
     w = f'H[{i}]'
+    _no_unknown(ev, 'H', w)
     kind = _get(ev, 'kind', str, w)
     if kind not in HISTORY_KINDS:
       raise ValueError(f'MemoryState.from_json: field {w}.kind is {kind!r}')
@@ -449,8 +556,8 @@ def _state_from_dict(d):
         id=_get(ev, 'id', str, w), step=_get(ev, 'step', int, w), kind=kind,
         text=_get(ev, 'text', str, w), source_refs=_strs(ev, 'source_refs', w),
         evidence=_strs(ev, 'evidence', w), tokens=_get(ev, 'tokens', int, w)))
-  return MemoryState(
-      task_id=_get(d, 'task_id', str, 'state'), q=_get(d, 'q', str, 'state'),
+  state = MemoryState(
+      task_id=task_id, q=_get(d, 'q', str, 'state'),
       M=tuple(m), C=tuple(c), H=tuple(h),
       task_state=_get(d, 'task_state', str, 'state'),
       step=_get(d, 'step', int, 'state'),
@@ -458,3 +565,5 @@ def _state_from_dict(d):
       next_c=_get(d, 'next_c', int, 'state'),
       env_item_id=_get(d, 'env_item_id', str, 'state', True),
       forbidden=_strs(d, 'forbidden', 'state'))
+  _check_ids(state)
+  return state
