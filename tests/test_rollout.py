@@ -17,6 +17,7 @@ from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import scenarios
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory import executor as mexec
 from vermem_jax.models import qwen
 from vermem_jax.models import sampling
 from vermem_jax.rl import advantages as adv
@@ -25,6 +26,7 @@ from vermem_jax.rl import policy as pol
 from vermem_jax.rl import rollout
 from vermem_jax.tokenization import load_tokenizer
 from vermem_jax.train import metrics as tmetrics
+from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import make_verifier
 
 K = 3
@@ -366,6 +368,19 @@ def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, 
   for inp in seen["local"]:
     fields = {f.name for f in dataclasses.fields(inp)}
     assert not fields & {"reference_answer", "supporting_facts"}
+  # The local inputs come from the executor's own Transition kept in each record;
+  # independent reference: u_t executed again on s_t.
+  for inp, d in zip(seen["local"], res.decisions):
+    spec = res.tasks[d.task]
+    cfg = environment.executor_config_for(spec, ExecutorConfig(
+        phase="B", context_budget=1024, policy_input_limit=2048))
+    again = mexec.execute(d.record.state, d.command, cfg, tok.count_tokens)
+    assert inp == adapters.local_input(d.record.state, again,
+                                       policy_input=d.policy_input,
+                                       command_text=d.command, allowed_ops=cfg.ops)
+    assert d.record.transition.command == again.command
+  bad = [inp for inp, d in zip(seen["local"], res.decisions) if d.op == "Invalid"]
+  assert bad and all(not i.accepted and i.arguments == {} for i in bad)
 
 
 # ---------------------------------------------------------------- tasks and dev init
@@ -417,7 +432,17 @@ def test_dev_inputs_from_results(scripted):
   ref = [d for d in res.decisions if d.accepted and d.op != "Null"]
   got = [i for i in inputs if i.op != "Null"]
   assert [i.command for i in got] == [d.command for d in ref]
-  assert all(i.arguments for i in got)  # re-parsed command arguments
+  assert [i.arguments for i in got] == [
+      dict(d.record.transition.command.args) for d in ref]
+  assert all(i.arguments for i in got)
+  # A hand-built record without the executor's Transition is refused clearly.
+  d = res.decisions[0].record
+  bare = environment.EpisodeResult(**{
+      **{f.name: getattr(res.trajectories[0].result, f.name)
+         for f in dataclasses.fields(environment.EpisodeResult)},
+      "decisions": (dataclasses.replace(d, transition=None),)})
+  with pytest.raises(ValueError, match="no executor Transition"):
+    rollout.dev_inputs_from_results([bare], executor_config=ExecutorConfig())
 
 
 def test_dev_inputs_from_sft_records(scripted, tok):

@@ -195,6 +195,9 @@ class DecisionRecord:
     next_state: s_{t+1}.
     solver_output: the task action b_t.
     observation: z_{t+1} delivered after this decision, or None.
+    transition: the executor's memory.Transition of u_t on s_t (its parsed `command`,
+      None for unparseable text; its `state_after` is s̃_t and its `violations` are
+      T_m's only). None only for a record built by hand.
   """
   step: int
   policy_input: str
@@ -210,6 +213,8 @@ class DecisionRecord:
   next_state: mstate.MemoryState
   solver_output: task_solvers.SolverOutput
   observation: Optional[Observation]
+  # Last and defaulted, so positional construction with the fields above still works.
+  transition: Optional[mexec.Transition] = None
 
   @property
   def command(self) -> str:
@@ -267,10 +272,17 @@ def executor_config_for(spec: EpisodeSpec,
 def render_solver_context(state: mstate.MemoryState,
                           reads: str = SOLVER_READS_CONTEXT) -> str:
   """What the task solver reads, one text block per record: C̃_t's items in context
-  order, or (reads='ltm') the current content of the active LTM entries in M order."""
+  order, or (reads='ltm') the current content of the active LTM entries in M order.
+
+  Each record's text passes through `memory.serialization.escape_markup`: trusted
+  environment text (observations, HotpotQA sentences) may hold special-token text
+  such as "<|im_end|>", which would otherwise end the solver's chat turn. The raw
+  texts stay available as `solver_records` (the oracle reader compares those).
+  """
+  esc = serialization.escape_markup
   if reads == SOLVER_READS_LTM:
-    return "\n\n".join(e.content for e in state.active_entries())
-  return "\n\n".join(it.text for it in state.C)
+    return "\n\n".join(esc(e.content) for e in state.active_entries())
+  return "\n\n".join(esc(it.text) for it in state.C)
 
 
 def context_evidence(state: mstate.MemoryState,
@@ -291,7 +303,7 @@ def solver_records(state: mstate.MemoryState, reads: str = SOLVER_READS_CONTEXT,
                    ) -> tuple[task_solvers.SolverRecord, ...]:
   """The records the task solver reads, each with its evidence: C̃_t's items in context
   order, or (reads='ltm') the active LTM entries' current versions in M order (the
-  blocks of `render_solver_context`, same order)."""
+  blocks of `render_solver_context`, same order, as raw unescaped texts)."""
   if reads == SOLVER_READS_LTM:
     return tuple(task_solvers.SolverRecord(e.content, frozenset(e.current.evidence))
                  for e in state.active_entries())
@@ -471,6 +483,6 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
       step=t, policy_input=x, policy_output=out, op=tr.op, accepted=tr.accepted,
       violations=tuple(violations), cost=cost, is_tool_call=tr.is_tool_call,
       transition_message=tr.message, state=ep.state, state_after_memory=tr.state_after,
-      next_state=next_state, solver_output=b, observation=observation))
+      next_state=next_state, solver_output=b, observation=observation, transition=tr))
   ep.state = next_state
   return ep.terminated_by is None

@@ -8,7 +8,7 @@ metric TN (SPEC §7).
 
 Two solvers:
 - `LLMTaskSolver`: prompts a Qwen model with q and the active context (the tokenizer's
-  chat template), decodes through `vermem_jax.models.generate` (greedy by default, SPEC
+  chat template; data text escaped so it holds no special tokens), decodes through `vermem_jax.models.generate` (greedy by default, SPEC
   §7 / paper App. C.3) and parses the reply: a line `Answer: <text>` is a final answer,
   anything else (normally `Continue`) asks for more.
 - `OracleEvidenceReader`: a diagnostic stand-in for CPU runs and for measuring memory
@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 import numpy as np
 
 from vermem_jax.memory import checks
+from vermem_jax.memory import serialization
 
 ANSWER = "answer"
 CONTINUE = "continue"
@@ -64,7 +65,8 @@ class SolverRecord:
   version) with its provenance.
 
   Attributes:
-    text: the record's text as rendered in `SolverInput.context`.
+    text: the record's raw text (`SolverInput.context` shows it escaped by
+      `memory.serialization.escape_markup`); the oracle reader compares these.
     evidence: evidence-unit ids it is grounded in (transitive, from the executor).
   """
   text: str
@@ -82,7 +84,8 @@ class SolverInput:
     task_id: the episode's task instance id (HotpotQA question id); the oracle uses it
       to look up its private labels.
     question: q.
-    context: the active context C̃_t rendered as text (what an LLM solver reads).
+    context: the active context C̃_t rendered as text (what an LLM solver reads),
+      special-token-like text escaped (`memory.serialization.escape_markup`).
     source_refs: evidence-unit ids the items of C̃_t are grounded in (resolved through
       LTM entries and history events by the environment).
     records: the records behind `context`, one per item/entry, in order (empty for a
@@ -147,9 +150,19 @@ SOLVER_SYSTEM_PROMPT = (
 
 
 def solver_messages(inp: SolverInput) -> list[dict[str, str]]:
-  """Chat messages of the solver prompt for one input."""
-  context = inp.context if inp.context.strip() else "(empty)"
-  user = (f"Question: {inp.question}\n\nWorking context:\n{context}\n\n"
+  """Chat messages of the solver prompt for one input.
+
+  q and the context are data (HotpotQA text, observations, memory records): both pass
+  through `memory.serialization.escape_markup`, so text such as "<|im_end|>" or
+  "<tool_call>" in them can never end the user turn or open a new one — the prompt's
+  special tokens are exactly those of the chat template. The escape is idempotent,
+  so a context the environment already escaped is unchanged, and a hand-built
+  SolverInput is safe as well.
+  """
+  question = serialization.escape_markup(inp.question)
+  context = serialization.escape_markup(inp.context) if inp.context.strip() else (
+      "(empty)")
+  user = (f"Question: {question}\n\nWorking context:\n{context}\n\n"
           "Reply with 'Answer: ...' or 'Continue'.")
   return [{"role": "system", "content": SOLVER_SYSTEM_PROMPT},
           {"role": "user", "content": user}]

@@ -150,16 +150,33 @@ def _escape(m):
   return f'\\u{0xD800 + (cp >> 10):04x}\\u{0xDC00 + (cp & 0x3FF):04x}'
 
 
+def escape_markup(text):
+  """`text` with every character that could blur a chat prompt's framing written as a
+  \\uXXXX escape: the `_UNSAFE` characters (C1 controls, line/paragraph separators,
+  invisible format characters, unpaired surrogates) and the "<" opening a
+  special-token-like tag (`checks.TAG_OPEN`: "<|im_end|>", "<tool_call>", "</think>").
+  Other characters (newlines, quotes, backslashes) are kept. The result holds no
+  special-token text, and escaping it again changes nothing (idempotent). Used for
+  every quoted text of g(s) (after JSON quoting, `_q`) and for the task solver's
+  prompt (envs.task_solvers), which shows trusted environment text unquoted.
+
+  Args:
+    text: str.
+
+  Returns:
+    str.
+  """
+  if not text.isascii() or '\x7f' in text:
+    text = _UNSAFE.sub(_escape, text)
+  if '<' in text:
+    text = _TAG_OPEN.sub('\\\\u003c', text)
+  return text
+
+
 def _q(text):
   """JSON string literal of `text` (valid JSON; `json.loads` gives `text` back) in
-  which no character can end the line, the quote or the chat turn (`_UNSAFE`,
-  `_TAG_OPEN`)."""
-  literal = _json_str(text)
-  if not literal.isascii() or '\x7f' in literal:
-    literal = _UNSAFE.sub(_escape, literal)
-  if '<' in literal:
-    literal = _TAG_OPEN.sub('\\\\u003c', literal)
-  return literal
+  which no character can end the line, the quote or the chat turn (`escape_markup`)."""
+  return escape_markup(_json_str(text))
 
 
 @functools.lru_cache(maxsize=4096)

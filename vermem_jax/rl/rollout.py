@@ -10,7 +10,8 @@ One update (`collect_update`):
      run_episodes`: per decision step ONE batched policy call over every live episode
      (`policy.SamplerPolicy`: one `models.generate`, padded to a fixed batch size) and
      ONE batched task-solver call. The loop records x_t, u_t, s̃_t, s_{t+1}, op,
-     acceptance, violations and cost per decision.
+     acceptance, violations, cost and the executor's Transition (parsed command) per
+     decision.
   3. Verifiers: ONE `score_local` call over every decision of the update (rejected
      commands are not scored: r^local None, A^local 0) and ONE `score_global` call over
      all trajectories. The global input carries the reference answer and annotated
@@ -57,7 +58,6 @@ import collections
 import dataclasses
 import math
 import time
-import types
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import jax
@@ -66,7 +66,6 @@ import numpy as np
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers
-from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
 from vermem_jax.rl import advantages as adv
@@ -145,7 +144,8 @@ class RolloutDecision:
     r_local: r^local_{t,k} in [0, 1], None when not scored (rejected / skipped).
     local_scores: the verifier's LocalScores, or None.
     a_local, a_global, a_hier: clipped A^local, A^global and A^hier (SPEC §6).
-    record: the environment's DecisionRecord (x_t, s_t, s̃_t, s_{t+1}, b_t, z_{t+1}).
+    record: the environment's DecisionRecord (x_t, s_t, s̃_t, s_{t+1}, b_t, z_{t+1},
+      the executor's Transition).
   """
   index: int
   task: int
@@ -398,18 +398,18 @@ class BoundPolicy:
 # ------------------------------------------------------------------------ helpers
 
 
-def _local_input_from_record(d: environment.DecisionRecord, allowed_ops: Sequence[str],
-                             max_command_chars: int) -> vbase.LocalVerifierInput:
-  """LocalVerifierInput of a recorded decision (scope: s_t, u_t, s̃_t; App. F.1).
+def _local_input_from_record(d: environment.DecisionRecord,
+                             allowed_ops: Sequence[str]) -> vbase.LocalVerifierInput:
+  """LocalVerifierInput of a recorded decision (scope: s_t, u_t, s̃_t; App. F.1), from
+  the executor's Transition the environment kept (parsed command, op, s̃_t).
 
-  The DecisionRecord keeps op/accepted/s̃_t but not the parsed command; the command's
-  arguments are re-parsed from u_t (parsing is deterministic).
+  Raises:
+    ValueError: a record without its Transition (built by hand, not by run_episodes).
   """
-  parsed = mcommands.parse_command(d.command, max_command_chars)
-  transition = types.SimpleNamespace(
-      command=parsed if isinstance(parsed, mcommands.Command) else None,
-      op=d.op, accepted=bool(d.accepted), state_after=d.state_after_memory)
-  return adapters.local_input(d.state, transition, policy_input=d.policy_input,
+  if d.transition is None:
+    raise ValueError(f'decision record at step {d.step} has no executor Transition; '
+                     'build records with environment.run_episodes')
+  return adapters.local_input(d.state, d.transition, policy_input=d.policy_input,
                               command_text=d.command, allowed_ops=allowed_ops)
 
 
@@ -521,7 +521,7 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec], policy: RolloutPoli
   local_inputs = []
   for j, d in flat:
     cfg = environment.executor_config_for(results[j].spec, executor_config)
-    local_inputs.append(_local_input_from_record(d, cfg.ops, cfg.max_command_chars))
+    local_inputs.append(_local_input_from_record(d, cfg.ops))
   local_scores = verifier.score_local(local_inputs) if local_inputs else []
   timings['verifier_local'] = time.perf_counter() - t0
 
@@ -715,7 +715,7 @@ def dev_inputs_from_results(results: Iterable[environment.EpisodeResult], *,
     cfg = environment.executor_config_for(res.spec, executor_config)
     for d in res.decisions:
       if d.accepted:
-        out.append(_local_input_from_record(d, cfg.ops, cfg.max_command_chars))
+        out.append(_local_input_from_record(d, cfg.ops))
   return out
 
 
