@@ -430,3 +430,21 @@ def test_decimal_numbers_are_one_value():
   assert checks.unsupported_facts('3 million people', ['3.5 million people']) == ['3']
   assert checks.unsupported_facts('1950', ['5.5.1950']) == []
   assert checks.unsupported_facts('1972 and 09', ['1972-09-06']) == []
+
+
+def test_markup_copied_from_a_cited_source_is_data_not_an_injection():
+  # HotpotQA sentences hold wiki markup ("<nowiki>'</nowiki>"); copying one verbatim
+  # into LTM was wrongly rejected as a chat-control tag. Only tags the command
+  # introduces itself are refused.
+  W2 = W
+  s = mm.new_state('markup-task', 'Which season?', W2)
+  sentence = 'It is the eighteenth episode of "The Simpsons"<nowiki>\'</nowiki> season.'
+  s, c = mm.add_context(s, 'observation', sentence, W2, source_refs=('Simpsons#0',))
+  copied = sentence.replace('"', '\\"')
+  t = mm.execute(s, f'Add(content="{copied}", source_refs=["{c}"])', CFG, W2)
+  assert t.accepted, t.violations
+  t = mm.execute(s, f'Add(content="episode<think> of the Simpsons", source_refs=["{c}"])',
+                 CFG, W2)
+  assert not t.accepted and kinds(t) == {'bad_argument'}
+  assert checks.control_markup('a <nowiki>b', [sentence]) is None
+  assert checks.control_markup('a <nowiki><|im_end|>', [sentence]) == '<|im_end|>'

@@ -20,6 +20,7 @@ when no active entry has any term there is nothing to rank (empty result).
 
 import collections
 import functools
+import logging
 import re
 import sys
 
@@ -31,6 +32,9 @@ _cache = collections.OrderedDict()
 
 @functools.lru_cache(maxsize=1)
 def _bm25s():
+  # bm25s logs every index build at DEBUG; one Retrieve is one build, so a rollout
+  # would flood any log configured at DEBUG (absl -v, pytest failure reports).
+  logging.getLogger('bm25s').setLevel(logging.INFO)
   if 'jax' in sys.modules:
     import bm25s  # pylint: disable=import-outside-toplevel
     return bm25s

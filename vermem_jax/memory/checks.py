@@ -91,15 +91,22 @@ _SURROGATE = re.compile('[\ud800-\udfff]')
 TAG_OPEN = re.compile(r'<(?=\||/?[A-Za-z_][A-Za-z0-9_\-]*>)')
 
 
-def control_markup(text):
-  """The first chat-control/tool tag in `text` (e.g. '<|im_end|>'), or None."""
+def control_markup(text, allowed_texts=()):
+  """The first chat-control/tool tag in `text` (e.g. '<|im_end|>') that none of
+  `allowed_texts` contains, or None.
+
+  Tags copied from a cited source (HotpotQA sentences hold wiki markup such as
+  '<nowiki>') are data, not an attempt to write markup; g(s) and solver prompts escape
+  them anyway. Only tags the command introduces itself count.
+  """
   if '<' not in text:
     return None
-  m = TAG_OPEN.search(text)
-  if m is None:
-    return None
-  end = text.find('>', m.start())
-  return text[m.start():end + 1 if end >= 0 else m.start() + 12][:40]
+  for m in TAG_OPEN.finditer(text):
+    end = text.find('>', m.start())
+    tag = text[m.start():end + 1 if end >= 0 else m.start() + 12][:40]
+    if not any(tag in t for t in allowed_texts):
+      return tag
+  return None
 
 
 def has_surrogates(text):

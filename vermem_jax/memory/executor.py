@@ -198,10 +198,11 @@ def _sources(state, refs, found, exclude=None):
   return recs
 
 
-def _check_markup(found, name, text):
-  tag = checks.control_markup(text)
+def _check_markup(found, name, text, grounding=()):
+  tag = checks.control_markup(text, grounding)
   if tag is not None:
-    found.add('bad_argument', f'{name} holds the chat-control tag {tag!r}')
+    found.add('bad_argument', f'{name} holds the chat-control tag {tag!r}, which its '
+              'sources do not contain')
 
 
 def _check_written(state, config, found, text, grounding, check_numbers):
@@ -239,10 +240,10 @@ def _op_add(state, cmd, config, count_tokens, found):
   refs = _dedupe(cmd.get('source_refs'))
   if checks.is_blank(content):
     found.add('bad_argument', 'content is empty')
-  _check_markup(found, 'content', content)
   if not refs:
     found.add('unsupported_write', 'no source_refs given')
   recs = _sources(state, refs, found)
+  _check_markup(found, 'content', content, [_source_text(r) for r in recs])
   if refs and not recs and not found:
     found.add('unsupported_write', 'no valid source')
   if found:
@@ -292,11 +293,13 @@ def _op_update(state, cmd, config, count_tokens, found):
   refs = _dedupe(cmd.get('source_refs'))
   if checks.is_blank(content):
     found.add('bad_argument', 'new_content is empty')
-  _check_markup(found, 'new_content', content)
   if not refs:
     found.add('unsupported_write', 'no source_refs given')
   recs = _sources(state, refs, found,
                   exclude=entry.id if entry is not None else None)
+  _check_markup(found, 'new_content', content,
+                [_source_text(r) for r in recs]
+                + ([entry.content] if entry is not None else []))
   if refs and not recs and not found:
     found.add('unsupported_write', 'no valid source other than the entry itself')
   if found:
@@ -464,7 +467,7 @@ def _op_summarize(state, cmd, config, count_tokens, found):
   items = _context_refs(state, refs, 'source_refs', found)
   if checks.is_blank(summary):
     found.add('bad_argument', 'summary is empty')
-  _check_markup(found, 'summary', summary)
+  _check_markup(found, 'summary', summary, [it.text for it in items])
   if found:
     return None
   before = sum(it.tokens for it in items)
