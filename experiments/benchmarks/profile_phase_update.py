@@ -1,0 +1,151 @@
+"""Where the time of one Phase B update goes (CPU, tiny scale): prints figures only.
+
+    python experiments/benchmarks/profile_phase_update.py [--updates=2]
+        [--workdir=DIR] [--set section.field=value ...]
+
+Builds the default tiny Phase B setup (`experiments/configs/phase_b.py`: tiny Qwen, the
+Qwen2.5 tokenizer, HotpotQA samples, heuristic verifier, oracle reader) with the same
+code as the trainer (`vermem_jax.train.rl_phase.build_setup`), takes the policy from
+`<workdir>/phase_a` when given (else a random-init tiny model: same shapes, same cost),
+and runs `--updates` updates exactly as `run_rl_phase` does (collect_update ->
+learner_update), without checkpoints. The first update includes jit compilation; the
+last one is the steady-state figure. For each update it prints seconds and shares of:
+
+  sampling                 models.generate (policy decoding, device sync included)
+  policy tokenization      chat template, encode, decode of policy prompts/commands
+  environment+serialization  executor T_m, interaction T_e, g(s) rendering, episode loop
+  task solver              π_task calls
+  verifiers                local + global verifier (input building + scoring)
+  rewards+advantages       Eq. 12-18 rewards, A^hier
+  learner                  batching, loss + gradients (θ_old log-probs in the same
+                           pass), optimizer step
+"""
+
+import argparse
+import ast
+import os
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+from absl import logging  # noqa: E402
+import jax  # noqa: E402
+
+from experiments.configs import common  # noqa: E402
+from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.rl import policy as policy_lib  # noqa: E402
+from vermem_jax.rl import rollout  # noqa: E402
+from vermem_jax.train import checkpoints  # noqa: E402
+from vermem_jax.train import rl_phase  # noqa: E402
+
+STAGES = (
+    ('sampling', ('sampling',)),
+    ('policy tokenization', ('policy_tokenization',)),
+    ('environment+serialization', ('environment',)),
+    ('task solver', ('solver',)),
+    ('verifiers', ('verifier_local', 'verifier_global')),
+    ('rewards+advantages', ('rewards_advantages',)),
+)
+LEARNER_PARTS = (('  batching', 'time/learner_batching_s'),
+                 ('  loss + gradients', 'time/learner_grads_s'),
+                 ('  optimizer step', 'time/learner_optimizer_s'))
+
+
+def _parse_set(items):
+  out = {}
+  for item in items or ():
+    path, _, text = item.partition('=')
+    try:
+      value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+      value = text
+    out[path.strip()] = value
+  return out
+
+
+def main():
+  parser = argparse.ArgumentParser()
+  parser.add_argument('--updates', type=int, default=2)
+  parser.add_argument('--workdir', default=None,
+                      help='take the policy from <workdir>/phase_a (default: random init)')
+  parser.add_argument('--set', action='append', default=[],
+                      help='config override section.field=value (repeatable)')
+  args = parser.parse_args()
+  logging.set_verbosity(logging.WARNING)
+
+  config = common.get_config('phase_b')
+  for path, value in _parse_set(args.set).items():
+    section, field = path.split('.')
+    config[section][field] = value
+  common.validate_config(config)
+  t0 = time.perf_counter()
+  setup = rl_phase.build_setup(config)
+  t_setup = time.perf_counter() - t0
+  mc = setup.model_config
+  if args.workdir:
+    shapes = jax.eval_shape(lambda k: qwen.init_params(mc, k), jax.random.PRNGKey(0))
+    params, _ = checkpoints.restore_params_only(os.path.join(args.workdir, 'phase_a'),
+                                                shapes)
+    source = f'{args.workdir}/phase_a'
+  else:
+    params = qwen.init_params(mc, jax.random.PRNGKey(int(config.seed)))
+    source = 'random init'
+  ref_params = params
+  t0 = time.perf_counter()
+  running, _ = rl_phase.init_running_stats(config, setup)
+  t_stats = time.perf_counter() - t0
+  opt_state = rl_phase.make_optimizer(setup.opt).init(params)
+  policy = policy_lib.SamplerPolicy(mc, params, setup.tokenizer,
+                                    sampling_config=setup.sampling_config,
+                                    batch_buckets=(setup.rollout_config.num_rollouts,))
+  print(f'Phase B, tiny scale: {setup.rollout_config.tasks_per_update} tasks x '
+        f'{setup.rollout_config.rollouts_per_task} rollouts, policy input <= '
+        f'{config.memory.policy_input_limit} tokens, commands <= '
+        f'{config.sampling.max_command_tokens} tokens, policy from {source}; '
+        f'{jax.device_count()} {jax.default_backend()} device(s), '
+        f'{os.cpu_count()} CPUs')
+  print(f'setup (episodes, solver, verifier): {t_setup:.2f} s; running-stats init: '
+        f'{t_stats:.2f} s\n')
+  seed = int(config.seed)
+  for n in range(1, args.updates + 1):
+    policy.params = params
+    ids = rollout.select_tasks(len(setup.train_specs), n,
+                               setup.rollout_config.tasks_per_update, seed=seed)
+    t0 = time.perf_counter()
+    result = rollout.collect_update(
+        [setup.train_specs[i] for i in ids], policy, setup.solver, setup.verifier,
+        rng=rollout.update_rng(seed, n), count_tokens=setup.tokenizer.count_tokens,
+        rollouts_per_task=setup.rollout_config.rollouts_per_task,
+        running_stats=running, executor_config=setup.executor_config,
+        env_config=setup.env_config, advantage_config=setup.advantage_config,
+        reward_config=setup.reward_config, phase='phase_b', update=n)
+    t1 = time.perf_counter()
+    params, opt_state, learn = rl_phase.learner_update(
+        params, ref_params, opt_state, result.decision_tokens(), model_config=mc,
+        batching_config=setup.batching_config, loss=setup.loss, opt=setup.opt,
+        pad_id=int(setup.tokenizer.pad_token_id))
+    jax.block_until_ready(params)
+    t2 = time.perf_counter()
+    total = t2 - t0
+    t = result.timings
+    label = 'first (includes jit compilation)' if n == 1 else 'steady state'
+    print(f'update {n} [{label}]: {total:.2f} s, {result.num_decisions} decisions, '
+          f'{int(result.metrics["rollout/policy_calls"])} sampler calls, '
+          f'{int(learn["train/num_micro_batches"])} learner micro-batches')
+    print(f'  {"stage":28s} {"seconds":>8s} {"share":>7s}')
+    rows = [(name, sum(t[k] for k in keys)) for name, keys in STAGES]
+    other = (t1 - t0) - sum(v for _, v in rows)
+    rows.append(('collection overhead', other))
+    rows.append(('learner', t2 - t1))
+    for name, sec in rows:
+      print(f'  {name:28s} {sec:8.2f} {100 * sec / total:6.1f}%')
+    for name, key in LEARNER_PARTS:
+      print(f'  {name:28s} {learn[key]:8.2f} {100 * learn[key] / total:6.1f}%')
+    print()
+
+
+if __name__ == '__main__':
+  main()

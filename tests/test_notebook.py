@@ -1,0 +1,53 @@
+"""Executes experiments/notebooks/advantage_statistics.ipynb with nbclient on the tiny
+curriculum's workdir (tests/test_curriculum_e2e.py, run once per pytest process)."""
+import os
+
+import nbclient
+import nbformat
+import pytest
+
+from test_curriculum_e2e import curriculum_workdir  # pylint: disable=g-bad-import-order
+from vermem_jax.train import metrics as metrics_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOK = os.path.join(REPO, 'experiments', 'notebooks', 'advantage_statistics.ipynb')
+FIGURES = ('advantages_by_operation', 'rejected_share', 'monitors')
+PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
+
+
+def _execute(workdir, fig_dir, run_dir, monkeypatch):
+  monkeypatch.setenv('VERMEM_WORKDIR', str(workdir))
+  monkeypatch.setenv('VERMEM_FIG_DIR', str(fig_dir))
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  # 'python3' is ipykernel's kernel; jupyter_client starts it with sys.executable, so
+  # it runs in this interpreter's environment (the project's venv).
+  client = nbclient.NotebookClient(nb, kernel_name='python3', timeout=300,
+                                   resources={'metadata': {'path': str(run_dir)}})
+  client.execute()
+  return nb
+
+
+def test_notebook_plots_the_tiny_run(tmp_path, monkeypatch):
+  workdir = curriculum_workdir()
+  fig_dir = tmp_path / 'figures'
+  nb = _execute(workdir, fig_dir, tmp_path, monkeypatch)
+  outputs = [o for c in nb.cells if c.cell_type == 'code' for o in c.outputs]
+  assert not [o for o in outputs if o.output_type == 'error']
+  images = [o for o in outputs if o.output_type == 'display_data'
+            and 'image/png' in o.get('data', {})]
+  assert len(images) == len(FIGURES)
+  for name in FIGURES:
+    path = fig_dir / f'{name}.png'
+    assert path.exists(), name
+    data = path.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 5000, name
+  text = ''.join(o.get('text', '') for o in outputs if o.output_type == 'stream')
+  for phase in ('phase_a', 'phase_b', 'phase_c'):
+    rows = metrics_lib.read_jsonl(os.path.join(workdir, phase,
+                                               metrics_lib.ADVANTAGES_FILE))
+    assert f'{phase}: {len(rows)} decisions over 1 updates' in text
+
+
+def test_notebook_names_a_missing_workdir(tmp_path, monkeypatch):
+  with pytest.raises(nbclient.exceptions.CellExecutionError, match='no RL phase logs'):
+    _execute(tmp_path / 'empty', tmp_path / 'figures', tmp_path, monkeypatch)
