@@ -412,9 +412,13 @@ def _apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.model.hf_checkpoint = None         # randomly initialised tiny Qwen
   c.model.dtype = 'float32'            # CPU
   c.model.remat = False
-  c.memory.context_budget = 1024       # shorter inputs for CPU speed
-  c.memory.policy_input_limit = 2048   # the bucket fields follow (derived)
-  c.sampling.max_command_tokens = 64
+  # Shorter inputs for CPU speed; the SFT builder needs >= ~512 tokens of g(s) to fit
+  # the instruction block and a Summarize state. The bucket fields follow (derived).
+  c.memory.context_budget = 384
+  c.memory.policy_input_limit = 768
+  # Every SFT target fits (longest template command measured at 149 Qwen tokens), so no
+  # class is dropped from the balanced set.
+  c.sampling.max_command_tokens = 160
   c.batching.micro_batch_size = 8
   c.sft.train_per_target = 8
   c.sft.dev_per_target = 4
@@ -422,17 +426,17 @@ def _apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.sft.num_epochs = 3                 # 64 examples / 8 = 8 steps x 3 epochs
   c.sft.learning_rate = 1e-3           # a random tiny model needs a larger step
   c.sft.eval_every = 8
-  c.rl.num_updates = 3 if phase != 'sft' else 0
+  c.rl.num_updates = 2 if phase != 'sft' else 0
   c.rl.tasks_per_update = 2
   c.rl.rollouts_per_task = 4
   c.rl.monitor_every = 1
-  c.advantage.running_stats_init_count = 8
+  c.advantage.running_stats_init_count = 4
   c.verifier.backend = 'heuristic'     # CPU stand-in for the LLM verifiers
   c.solver.backend = 'oracle'          # oracle-evidence reader
   if phase in PAPER_EPISODES:
     c.episodes.num_train = 16
     c.episodes.num_dev = 4
-  c.episodes.rollout_limit = 6
+  c.episodes.rollout_limit = 3
   c.episodes.token_budget = 16384
   c.checkpoint.save_every = 1
 
