@@ -352,9 +352,22 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   return plan
 
 
+class _QuietLibraryInfo:
+  """Drops INFO records of chatty libraries (Orbax logs each save/restore step in
+  detail, JAX the missing TPU backend) unless `-v 1` or higher asks for them."""
+
+  _PATHS = (f'{os.sep}orbax{os.sep}', f'{os.sep}jax{os.sep}_src{os.sep}xla_bridge')
+
+  def filter(self, record) -> bool:  # absl/stdlib logging.Filter protocol
+    if record.levelno > 20 or logging.get_verbosity() > logging.INFO:
+      return True
+    return not any(p in record.pathname for p in self._PATHS)
+
+
 def main(argv: Sequence[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.get_absl_handler().addFilter(_QuietLibraryInfo())
   config = _CONFIG.value
   if config is None:
     raise app.UsageError('--config is required, e.g. --config=phase_b.py')

@@ -162,12 +162,12 @@ def _cli(*args, cwd=REPO):
 
 def test_cli_dry_run_bare_name_and_override(tmp_path):
   res = _cli('--config=phase_b', '--config.rl.learning_rate=3e-6',
-             '--config.batching.command_buckets=(16, 64)',
+             '--config.batching.command_buckets=(16, 64, 160)',
              '--config.memory.cost_parse=0.75',
              f'--workdir={tmp_path}', '--dry_run', cwd=tmp_path)
   assert res.returncode == 0, res.stderr
   assert 'config.rl.learning_rate = 3e-06' in res.stdout
-  assert 'config.batching.command_buckets = (16, 64)' in res.stdout
+  assert 'config.batching.command_buckets = (16, 64, 160)' in res.stdout
   assert 'config.memory.cost_parse = 0.75' in res.stdout
   assert "config.phase = 'phase_b'" in res.stdout
   assert "config.scale = 'tiny'" in res.stdout

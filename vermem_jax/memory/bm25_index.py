@@ -32,9 +32,14 @@ _cache = collections.OrderedDict()
 
 @functools.lru_cache(maxsize=1)
 def _bm25s():
-  # bm25s logs every index build at DEBUG; one Retrieve is one build, so a rollout
-  # would flood any log configured at DEBUG (absl -v, pytest failure reports).
-  logging.getLogger('bm25s').setLevel(logging.INFO)
+  bm25s = _import_bm25s()
+  # bm25s sets its logger to DEBUG on import and logs every index build; one Retrieve
+  # is one build, so a rollout would flood the log.
+  logging.getLogger('bm25s').setLevel(logging.WARNING)
+  return bm25s
+
+
+def _import_bm25s():
   if 'jax' in sys.modules:
     import bm25s  # pylint: disable=import-outside-toplevel
     return bm25s
