@@ -1,11 +1,9 @@
 """Tests for vermem_jax.envs.sft_data (the balanced SFT set, SPEC §4, paper D.1–D.3)."""
 import collections
 import dataclasses
-import http.server
-import json
 import math
-import threading
 
+import chat_server
 import pytest
 
 from vermem_jax.envs import hotpotqa
@@ -267,45 +265,28 @@ def test_config_validation():
   assert cfg.train_per_target == 8 and cfg.teacher_fraction == 0.5
 
 
-class _TeacherHandler(http.server.BaseHTTPRequestHandler):
-  replies = []
-  seen = []
-
-  def do_POST(self):  # noqa: N802 (http.server API)
-    body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
-    type(self).seen.append((self.path, self.headers.get('Authorization'), body))
-    n = len(type(self).seen)
-    # Alternate: a valid ∅, then a malformed command.
-    content = '∅' if n % 2 == 1 else 'Add(content="unterminated'
-    data = json.dumps({'choices': [{'message': {'content': content}}]}).encode()
-    self.send_response(200)
-    self.send_header('Content-Type', 'application/json')
-    self.send_header('Content-Length', str(len(data)))
-    self.end_headers()
-    self.wfile.write(data)
-
-  def log_message(self, *args):
-    pass
+def _alternating_teacher(n, body):
+  del body
+  # Alternate: a valid ∅, then a malformed command.
+  return '∅' if n % 2 == 1 else 'Add(content="unterminated'
 
 
 def test_teacher_candidates_pass_the_same_filters(pools, monkeypatch, capsys):
   construction, dev = pools
-  server = http.server.HTTPServer(('127.0.0.1', 0), _TeacherHandler)
-  thread = threading.Thread(target=server.serve_forever, daemon=True)
-  thread.start()
+  server = chat_server.LoopbackChatServer(_alternating_teacher)
   try:
     monkeypatch.setenv('VERMEM_TEST_TEACHER_KEY', 'sk-test-secret-123')
     cfg = sd.SFTDataConfig(
         train_per_target=2, dev_per_target=0, template_fraction=0.5,
         teacher_backend='openai_compatible',
-        teacher_base_url=f'http://127.0.0.1:{server.server_port}/v1',
+        teacher_base_url=server.url,
         teacher_model='teacher-test', teacher_api_key_env='VERMEM_TEST_TEACHER_KEY')
     train, _, report = sd.build_sft_set(construction, dev, count_tokens=count,
                                         config=cfg, verbose=True)
   finally:
-    server.shutdown()
+    server.close()
   printed = capsys.readouterr().out
-  seen = _TeacherHandler.seen
+  seen = [(r['path'], r['auth'], r['body']) for r in server.requests]
   assert seen and all(p == '/v1/chat/completions' for p, _, _ in seen)
   assert all(a == 'Bearer sk-test-secret-123' for _, a, _ in seen)
   assert seen[0][2]['model'] == 'teacher-test'

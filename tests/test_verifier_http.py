@@ -1,10 +1,7 @@
 """OpenAI-compatible HTTP backend against a loopback server started by the test."""
-import http.server
-import json
 import logging
-import threading
-import time
 
+import chat_server
 import pytest
 
 from vermem_jax import verifiers
@@ -25,70 +22,26 @@ def _ok_reply(messages):
           f"{(k + 2) % 5}\ninformation_fidelity: {(k + 3) % 5}")
 
 
-class _Server:
-  """ThreadingHTTPServer on 127.0.0.1:0 whose behaviour is set by `mode`."""
+class _Server(chat_server.LoopbackChatServer):
+  """Loopback server whose behaviour is set by `mode`."""
 
   def __init__(self):
     self.mode = "ok"
-    self.delay_s = 0.0
     self.fail_first = 0
-    self.requests = []
-    self.in_flight = 0
-    self.max_in_flight = 0
-    self.lock = threading.Lock()
-    outer = self
+    super().__init__(self._respond)
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-
-      def log_message(self, *args):  # keep test output quiet
-        pass
-
-      def do_POST(self):  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        with outer.lock:
-          outer.requests.append({"path": self.path, "body": body,
-                                 "auth": self.headers.get("Authorization")})
-          n = len(outer.requests)
-          outer.in_flight += 1
-          outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
-        try:
-          if outer.delay_s:
-            time.sleep(outer.delay_s)
-          msgs = body["messages"]
-          mode = outer.mode
-          if mode == "flaky":
-            mode = "500" if n <= outer.fail_first else "ok"
-          if mode == "fix_on_retry":
-            mode = "ok" if RETRY_MARK in msgs[-1]["content"] else "malformed"
-          if mode in ("500", "401"):
-            self.send_error(int(mode))
-            return
-          if mode == "garbage":
-            payload = b"<html>not json</html>"
-          else:
-            text = _ok_reply(msgs) if mode == "ok" else "I would rate this highly."
-            payload = json.dumps({"choices": [{"message": {
-                "role": "assistant", "content": text}}]}).encode()
-          self.send_response(200)
-          self.send_header("Content-Type", "application/json")
-          self.send_header("Content-Length", str(len(payload)))
-          self.end_headers()
-          self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-          pass  # the client timed out and left
-        finally:
-          with outer.lock:
-            outer.in_flight -= 1
-
-    self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    self.httpd.daemon_threads = True
-    self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    self.thread.start()
-    self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-  def close(self):
-    self.httpd.shutdown()
-    self.httpd.server_close()
+  def _respond(self, n, body):
+    msgs = body["messages"]
+    mode = self.mode
+    if mode == "flaky":
+      mode = "500" if n <= self.fail_first else "ok"
+    if mode == "fix_on_retry":
+      mode = "ok" if RETRY_MARK in msgs[-1]["content"] else "malformed"
+    if mode in ("500", "401"):
+      return int(mode)
+    if mode == "garbage":
+      return b"<html>not json</html>"
+    return _ok_reply(msgs) if mode == "ok" else "I would rate this highly."
 
 
 @pytest.fixture

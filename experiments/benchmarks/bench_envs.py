@@ -8,11 +8,9 @@ oracle reader and a ∅ policy) on Phase A/B/C scenarios from the construction p
 under the whitespace counter and optionally the Qwen2.5 tokenizer.
 """
 
-import argparse
-import logging
 import tempfile
-import time
 
+from bench_common import episodes_parser, quiet_bm25s, timed
 from vermem_jax import paths
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
@@ -21,33 +19,26 @@ from vermem_jax.memory import ExecutorConfig
 from vermem_jax.memory.token_count import count_whitespace_tokens
 
 
-def _timed(fn):
-  t = time.perf_counter()
-  out = fn()
-  return out, time.perf_counter() - t
-
-
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument("--episodes", type=int, default=200)
+  parser = episodes_parser(200)
   parser.add_argument("--tokenizer", action="store_true",
                       help="also run the loop with the Qwen2.5 tokenizer counter")
   args = parser.parse_args()
-  logging.getLogger("bm25s").setLevel(logging.WARNING)  # TFDS import lowers levels
+  quiet_bm25s()
 
   for split in ("train", "validation"):
-    exs, dt = _timed(lambda s=split: hotpotqa.load_examples("json", s))
+    exs, dt = timed(lambda s=split: hotpotqa.load_examples("json", s))
     print(f"json load {split:10s}: {len(exs):5d} examples in {dt:.3f}s "
           f"({len(exs) / dt:,.0f}/s)")
   with tempfile.TemporaryDirectory() as tmp:
-    _, dt_prep = _timed(lambda: hotpotqa.load_examples("tfds", "train",
+    _, dt_prep = timed(lambda: hotpotqa.load_examples("tfds", "train",
                                                        tfds_data_dir=tmp))
-    exs, dt_read = _timed(lambda: hotpotqa.load_examples("tfds", "train",
+    exs, dt_read = timed(lambda: hotpotqa.load_examples("tfds", "train",
                                                          tfds_data_dir=tmp))
     print(f"tfds train: prepare+read {dt_prep:.2f}s, read {dt_read:.3f}s "
           f"({len(exs) / dt_read:,.0f}/s)")
   train = hotpotqa.load_examples("json", "train")
-  (cons, dev), dt = _timed(lambda: hotpotqa.split_train_pools(train))
+  (cons, dev), dt = timed(lambda: hotpotqa.split_train_pools(train))
   print(f"split: {len(cons)} construction / {len(dev)} dev in {dt * 1e3:.2f} ms")
 
   try:
@@ -63,9 +54,9 @@ def main():
   oracle = ts.OracleEvidenceReader.from_examples(train)
   for name, count in counters:
     for phase in ("A", "B", "C"):
-      specs, dt_build = _timed(lambda p=phase, c=count: scenarios.build_episodes(
+      specs, dt_build = timed(lambda p=phase, c=count: scenarios.build_episodes(
           cons, p, count_tokens=c, num=args.episodes))
-      res, dt_run = _timed(lambda s=specs, c=count, p=phase: env.run_episodes(
+      res, dt_run = timed(lambda s=specs, c=count, p=phase: env.run_episodes(
           s, lambda xs: ["∅"] * len(xs), oracle, count_tokens=c,
           executor_config=ExecutorConfig(phase=p)))
       n_dec = sum(r.num_decisions for r in res)

@@ -12,24 +12,15 @@ under the whitespace counter and (unless --no-tokenizer) the Qwen2.5 tokenizer
 (memoized counts, as the training code uses it).
 """
 
-import argparse
-import logging
-import time
-
+from bench_common import episodes_parser, quiet_bm25s, timed
 from vermem_jax import paths
 from vermem_jax.envs import episodes
 from vermem_jax.memory.token_count import count_whitespace_tokens
 
 
-def _timed(fn):
-  t = time.perf_counter()
-  out = fn()
-  return out, time.perf_counter() - t
-
-
 def _run(name, count_tokens, construction, dev, n_episodes):
   cfg = episodes.SFTDataConfig()
-  (train, dev_records, report), dt = _timed(lambda: episodes.build_sft_set(
+  (train, dev_records, report), dt = timed(lambda: episodes.build_sft_set(
       construction, dev, count_tokens=count_tokens, config=cfg, verbose=False))
   n = len(train) + len(dev_records)
   print(f'[{name}] SFT tiny set: {len(train)} train + {len(dev_records)} dev records '
@@ -40,7 +31,7 @@ def _run(name, count_tokens, construction, dev, n_episodes):
   total = dt
   scfg = episodes.ScenarioConfig()
   for phase in episodes.PHASES:
-    specs, dt = _timed(lambda p=phase: episodes.build_episodes(
+    specs, dt = timed(lambda p=phase: episodes.build_episodes(
         construction, p, count_tokens=count_tokens, config=scfg, num=n_episodes))
     total += dt
     print(f'[{name}] Phase {phase}: {len(specs)} episodes in {dt:.2f}s '
@@ -50,19 +41,18 @@ def _run(name, count_tokens, construction, dev, n_episodes):
 
 
 def main():
-  parser = argparse.ArgumentParser()
-  parser.add_argument('--episodes', type=int, default=100)
+  parser = episodes_parser(100)
   parser.add_argument('--no-tokenizer', action='store_true',
                       help='skip the Qwen2.5 tokenizer run')
   args = parser.parse_args()
-  logging.getLogger('bm25s').setLevel(logging.WARNING)
-  (construction, dev), dt = _timed(episodes.load_pools)
+  quiet_bm25s()
+  (construction, dev), dt = timed(episodes.load_pools)
   print(f'pools: {len(construction)} construction + {len(dev)} internal-dev examples '
         f'(load + split {dt:.2f}s)')
   _run('whitespace', count_whitespace_tokens, construction, dev, args.episodes)
   if not args.no_tokenizer:
     from vermem_jax import tokenization  # pylint: disable=import-outside-toplevel
-    tok, dt = _timed(
+    tok, dt = timed(
         lambda: tokenization.load_tokenizer(paths.tokenizer_dir('qwen2.5')))
     print(f'qwen2.5 tokenizer load {dt:.2f}s')
     _run('qwen2.5', tok.count_tokens, construction, dev, args.episodes)

@@ -42,6 +42,7 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from vermem_jax import config_util
 from vermem_jax import paths
 
 # The two HotpotQA splits this project uses (SPEC §4, §7): the train split feeds SFT and
@@ -101,8 +102,7 @@ class DataConfig:
   @classmethod
   def from_config(cls, section: Mapping[str, Any]) -> "DataConfig":
     """From a config section (dict-like), ignoring keys this class lacks."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: section[k] for k in section if k in names})
+    return config_util.dataclass_from_mapping(cls, section)
 
   @property
   def resolved_hotpotqa_dir(self) -> str:
@@ -203,10 +203,14 @@ def _row_error(row_id: Any, field: str, problem: str) -> ValueError:
   return ValueError(f"malformed HotpotQA row _id={row_id!r}: field {field!r} {problem}")
 
 
-def _need_str(row: Mapping[str, Any], key: str, row_id: Any) -> str:
+def _need_key(row: Mapping[str, Any], key: str, row_id: Any) -> Any:
   if key not in row:
     raise _row_error(row_id, key, "is missing")
-  value = row[key]
+  return row[key]
+
+
+def _need_str(row: Mapping[str, Any], key: str, row_id: Any) -> str:
+  value = _need_key(row, key, row_id)
   if not isinstance(value, str):
     raise _row_error(row_id, key, f"must be a string, got {type(value).__name__}")
   return value
@@ -216,6 +220,29 @@ def _need_list(value: Any, field: str, row_id: Any) -> Sequence[Any]:
   if not isinstance(value, (list, tuple)):
     raise _row_error(row_id, field, f"must be a list, got {type(value).__name__}")
   return value
+
+
+def _row_fields(row: Any, id_key: str, expected: str) -> tuple[Any, dict[str, str]]:
+  """(row id, the string fields id/question/answer/type/level) of one raw row."""
+  if not isinstance(row, Mapping):
+    raise ValueError(f"malformed HotpotQA row: expected {expected}, got "
+                     f"{type(row).__name__}")
+  row_id = row.get(id_key)
+  fields = {"id": _need_str(row, id_key, row_id)}
+  for key in ("question", "answer", "type", "level"):
+    fields[key] = _need_str(row, key, row_id)
+  return row_id, fields
+
+
+def _need_pairs(items: Sequence[Any], field: str, shape: str, row_id: Any
+                ) -> list[tuple[Any, Any]]:
+  """`items` as 2-tuples; each must be a 2-element list (`shape` names the layout)."""
+  pairs = []
+  for i, pair in enumerate(items):
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+      raise _row_error(row_id, f"{field}[{i}]", f"must be {shape}")
+    pairs.append(tuple(pair))
+  return pairs
 
 
 def _sent_id(value: Any, field: str, row_id: Any) -> int:
@@ -268,28 +295,12 @@ def example_from_json_row(row: Mapping[str, Any]) -> Example:
   Raises:
     ValueError: naming the row's `_id` and the offending field.
   """
-  if not isinstance(row, Mapping):
-    raise ValueError(f"malformed HotpotQA row: expected a JSON object, got "
-                     f"{type(row).__name__}")
-  row_id = row.get("_id")
-  fields = {"id": _need_str(row, "_id", row_id)}
-  for key in ("question", "answer", "type", "level"):
-    fields[key] = _need_str(row, key, row_id)
-  for key in ("supporting_facts", "context"):
-    if key not in row:
-      raise _row_error(row_id, key, "is missing")
-  sf = _need_list(row["supporting_facts"], "supporting_facts", row_id)
-  ctx = _need_list(row["context"], "context", row_id)
-  sf_pairs = []
-  for i, pair in enumerate(sf):
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-      raise _row_error(row_id, f"supporting_facts[{i}]", "must be [title, sent_id]")
-    sf_pairs.append(tuple(pair))
-  ctx_pairs = []
-  for i, pair in enumerate(ctx):
-    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
-      raise _row_error(row_id, f"context[{i}]", "must be [title, [sentences]]")
-    ctx_pairs.append(tuple(pair))
+  row_id, fields = _row_fields(row, "_id", "a JSON object")
+  sf, ctx = (_need_key(row, key, row_id) for key in ("supporting_facts", "context"))
+  sf = _need_list(sf, "supporting_facts", row_id)
+  ctx = _need_list(ctx, "context", row_id)
+  sf_pairs = _need_pairs(sf, "supporting_facts", "[title, sent_id]", row_id)
+  ctx_pairs = _need_pairs(ctx, "context", "[title, [sentences]]", row_id)
   return _build_example(row_id, fields, sf_pairs, ctx_pairs)
 
 
@@ -302,18 +313,10 @@ def example_from_hf_row(row: Mapping[str, Any]) -> Example:
   Raises:
     ValueError: naming the row's `id` and the offending field.
   """
-  if not isinstance(row, Mapping):
-    raise ValueError(f"malformed HotpotQA row: expected a mapping, got "
-                     f"{type(row).__name__}")
-  row_id = row.get("id")
-  fields = {"id": _need_str(row, "id", row_id)}
-  for key in ("question", "answer", "type", "level"):
-    fields[key] = _need_str(row, key, row_id)
+  row_id, fields = _row_fields(row, "id", "a mapping")
 
   def columns(key, a, b):
-    if key not in row:
-      raise _row_error(row_id, key, "is missing")
-    col = row[key]
+    col = _need_key(row, key, row_id)
     if not isinstance(col, Mapping) or a not in col or b not in col:
       raise _row_error(row_id, key, f"must be a mapping with {a!r} and {b!r} lists")
     first = _need_list(col[a], f"{key}.{a}", row_id)

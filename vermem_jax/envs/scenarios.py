@@ -57,6 +57,7 @@ import random
 import re
 from typing import Optional
 
+from vermem_jax import config_util
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import bm25_index
@@ -130,7 +131,7 @@ class ScenarioConfig:
   num_dev: int = 4
   rollout_limit: int = 16
   token_budget: Optional[int] = None
-  context_budget: int = 2048
+  context_budget: int = ExecutorConfig.context_budget  # SPEC §1 (memory config's)
   fill_min: float = 0.5
   fill_max: float = 0.8
   max_doc_sentences: int = 5
@@ -154,10 +155,7 @@ class ScenarioConfig:
   @classmethod
   def from_config(cls, section, **overrides):
     """Builds from a config section (dict-like), ignoring keys this class lacks."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: section[k] for k in section if k in names}
-    kwargs.update(overrides)
-    return cls(**kwargs)
+    return config_util.dataclass_from_mapping(cls, section, overrides=overrides)
 
 
 def paper_counts(phase):

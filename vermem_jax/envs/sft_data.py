@@ -54,12 +54,13 @@ each really run, with no repair:
 Valid records are deduplicated by (state, op, arguments): the state's canonical JSON
 hash, the op and the canonical argument tuple.
 
-Optional teacher (D.2): an OpenAI-compatible chat-completions endpoint (stdlib urllib;
-off by default). For a state built by a template it receives x_i, the allowed
-operations and the visible record ids, never the answer or future observations; its
-reply must pass the same seven filters and be of the class being filled, else it is
-discarded (not repaired) and that state's template target is used. The API key is
-read from the environment variable named by `teacher_api_key_env` and never logged.
+Optional teacher (D.2): an OpenAI-compatible chat-completions endpoint
+(`vermem_jax.http_chat`; off by default). For a state built by a template it receives
+x_i, the allowed operations and the visible record ids, never the answer or future
+observations; its reply must pass the same seven filters and be of the class being
+filled, else it is discarded (not repaired) and that state's template target is used.
+The API key is read from the environment variable named by `teacher_api_key_env` and
+never logged.
 """
 
 from __future__ import annotations
@@ -67,15 +68,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import json
 import math
-import os
 import random
 import re
-import urllib.error
-import urllib.request
 from typing import Callable, Optional
 
+from vermem_jax import config_util
+from vermem_jax import http_chat
 from vermem_jax.envs import scenarios as sc
 from vermem_jax.memory import checks
 from vermem_jax.memory import commands as cmds
@@ -130,10 +129,11 @@ class SFTDataConfig:
   teacher_max_tokens: int = 256
   teacher_temperature: float = 0.7
   seed: int = 0
-  context_budget: int = 2048
-  policy_input_limit: int = 8192
-  max_doc_sentences: int = 5
-  max_doc_tokens: int = 320
+  # One source for the shared numbers: the memory and episode configs' defaults.
+  context_budget: int = ExecutorConfig.context_budget
+  policy_input_limit: int = ExecutorConfig.policy_input_limit
+  max_doc_sentences: int = sc.ScenarioConfig.max_doc_sentences
+  max_doc_tokens: int = sc.ScenarioConfig.max_doc_tokens
   max_attempts_per_record: int = 40
 
   def __post_init__(self):
@@ -159,10 +159,7 @@ class SFTDataConfig:
   @classmethod
   def from_config(cls, section, **overrides):
     """Builds from a config section (dict-like), ignoring keys this class lacks."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: section[k] for k in section if k in names}
-    kwargs.update(overrides)
-    return cls(**kwargs)
+    return config_util.dataclass_from_mapping(cls, section, overrides=overrides)
 
   @property
   def teacher_fraction(self):
@@ -751,23 +748,41 @@ class TeacherError(RuntimeError):
 
 
 class OpenAICompatibleTeacher:
-  """Chat-completions client (POST {base_url}/chat/completions) on stdlib urllib.
+  """Teacher over an OpenAI-compatible chat-completions endpoint (`http_chat`).
 
-  The API key comes from the environment variable `api_key_env` (optional for local
-  endpoints) and is sent only in the Authorization header; it is never logged or put
-  in an error message.
+  The API key comes from the environment variable `api_key_env`, read when the
+  teacher is built (optional for local endpoints), and is sent only in the
+  Authorization header; it is never logged or put in an error message.
+
+  Args:
+    base_url, model: endpoint root (…/v1) and model name.
+    api_key_env: name of the environment variable holding the key.
+    timeout_s: HTTP timeout (seconds).
+    max_tokens, temperature: decoding of the reply.
+    max_retries, backoff_s: retries of retryable transport failures with
+      exponential backoff (default none: a failed state falls back to its template).
+
+  Raises:
+    ValueError: empty base_url or model.
   """
 
   def __init__(self, base_url, model, *, api_key_env='VERMEM_TEACHER_API_KEY',
-               timeout_s=30.0, max_tokens=256, temperature=0.7):
+               timeout_s=30.0, max_tokens=256, temperature=0.7, max_retries=0,
+               backoff_s=1.0):
     if not base_url or not model:
       raise ValueError('OpenAICompatibleTeacher needs base_url and model')
-    self.url = base_url.rstrip('/') + '/chat/completions'
     self.model = model
     self.api_key_env = api_key_env
-    self.timeout_s = timeout_s
     self.max_tokens = max_tokens
     self.temperature = temperature
+    self._client = http_chat.ChatClient(
+        base_url, model, api_key_env=api_key_env, require_api_key=False,
+        timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s)
+    self.url = self._client.url
+
+  @property
+  def timeout_s(self):
+    return self._client.timeout_s
 
   @classmethod
   def from_config(cls, config):
@@ -778,32 +793,12 @@ class OpenAICompatibleTeacher:
                temperature=config.teacher_temperature)
 
   def __call__(self, messages):
-    """Returns the reply text of one chat completion. Raises TeacherError."""
-    body = json.dumps({'model': self.model, 'messages': messages,
-                       'max_tokens': self.max_tokens,
-                       'temperature': self.temperature}).encode('utf-8')
-    headers = {'Content-Type': 'application/json'}
-    key = os.environ.get(self.api_key_env, '')
-    if key:
-      headers['Authorization'] = f'Bearer {key}'
-    req = urllib.request.Request(self.url, data=body, headers=headers, method='POST')
+    """Returns the reply text of one chat completion (stripped). Raises TeacherError."""
     try:
-      with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-        payload = json.loads(resp.read().decode('utf-8'))
-    except urllib.error.HTTPError as e:
-      raise TeacherError(
-          f'teacher endpoint {self.url} returned HTTP {e.code}') from None
-    except (urllib.error.URLError, TimeoutError, OSError) as e:
-      raise TeacherError(f'teacher endpoint {self.url} unreachable: '
-                         f'{type(e).__name__}') from None
-    except ValueError:
-      raise TeacherError(f'teacher endpoint {self.url} returned non-JSON') from None
-    try:
-      content = payload['choices'][0]['message']['content']
-    except (KeyError, IndexError, TypeError):
-      raise TeacherError('teacher reply has no choices[0].message.content') from None
-    if not isinstance(content, str):
-      raise TeacherError('teacher reply content is not a string')
+      content = self._client.complete(messages, max_tokens=self.max_tokens,
+                                      temperature=self.temperature)
+    except http_chat.ChatError as e:
+      raise TeacherError(f'teacher endpoint: {e}') from None
     return content.strip()
 
 

@@ -539,17 +539,28 @@ def render_policy_input(state, count_tokens, *, allowed_ops, limit=DEFAULT_LIMIT
       total = counter.total(text)
     if total <= limit:
       return text
-    if room > 0:  # the views take too much: give them less
-      shrink += (total - limit) + max(2, room // 50)
-      continue
-    # Only the fixed part is left and it is too long: shorten q and the task state.
-    if q_chars == 0:
+    step = _next_attempt(state, total, limit, room, shrink, q_chars)
+    if step is None:
       break
-    longest = max(len(state.q), len(state.task_state))
-    q_chars = longest // 2 if q_chars is None else q_chars // 2
-    shrink = 0
-  raise ValueError(f'policy input limit {limit} is too small for the instruction '
-                   'block and headers')
+    shrink, q_chars = step
+  raise _limit_too_small(limit)
+
+
+def _next_attempt(state, total, limit, room, shrink, q_chars):
+  """(shrink, q_chars) of the next g(s) attempt after one of `total` > `limit` tokens,
+  or None when nothing is left to shorten. `room`: tokens the views were given."""
+  if room > 0:  # the views take too much: give them less
+    return shrink + (total - limit) + max(2, room // 50), q_chars
+  # Only the fixed part is left and it is too long: shorten q and the task state.
+  if q_chars == 0:
+    return None
+  longest = max(len(state.q), len(state.task_state))
+  return 0, (longest // 2 if q_chars is None else q_chars // 2)
+
+
+def _limit_too_small(limit):
+  return ValueError(f'policy input limit {limit} is too small for the instruction '
+                    'block and headers')
 
 
 def render_for_config(state, count_tokens, config):
@@ -639,13 +650,8 @@ def render_policy_input_reference(state, count_tokens, *, allowed_ops,
     total = count_tokens(text)
     if total <= limit:
       return text
-    if room > 0:
-      shrink += (total - limit) + max(2, room // 50)
-      continue
-    if q_chars == 0:
+    step = _next_attempt(state, total, limit, room, shrink, q_chars)
+    if step is None:
       break
-    longest = max(len(state.q), len(state.task_state))
-    q_chars = longest // 2 if q_chars is None else q_chars // 2
-    shrink = 0
-  raise ValueError(f'policy input limit {limit} is too small for the instruction '
-                   'block and headers')
+    shrink, q_chars = step
+  raise _limit_too_small(limit)

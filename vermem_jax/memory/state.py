@@ -445,6 +445,13 @@ def _get(d, key, typ, where, optional=False):
   return v
 
 
+def _get_choice(d, key, allowed, where):
+  v = _get(d, key, str, where)
+  if v not in allowed:
+    raise _bad(f'{where}.{key}', f'is {v!r}')
+  return v
+
+
 def _strs(d, key, where):
   v = _get(d, key, list, where)
   if not all(isinstance(x, str) and not checks.has_surrogates(x) for x in v):
@@ -526,9 +533,7 @@ def _state_from_dict(d):
     if not versions:
       raise ValueError(f'MemoryState.from_json: field {w}.versions is empty')
     _no_unknown(e, 'M', w)
-    status = _get(e, 'status', str, w)
-    if status not in (ACTIVE, DELETED):
-      raise ValueError(f'MemoryState.from_json: field {w}.status is {status!r}')
+    status = _get_choice(e, 'status', (ACTIVE, DELETED), w)
     m.append(LTMEntry(id=_get(e, 'id', str, w), versions=tuple(versions),
                       status=status,
                       deletion_reason=_get(e, 'deletion_reason', str, w, True),
@@ -537,9 +542,7 @@ def _state_from_dict(d):
   for i, it in enumerate(_get(d, 'C', list, 'state')):
     w = f'C[{i}]'
     _no_unknown(it, 'C', w)
-    kind = _get(it, 'kind', str, w)
-    if kind not in CONTEXT_KINDS:
-      raise ValueError(f'MemoryState.from_json: field {w}.kind is {kind!r}')
+    kind = _get_choice(it, 'kind', CONTEXT_KINDS, w)
     c.append(ContextItem(
         id=_get(it, 'id', str, w), kind=kind, text=_get(it, 'text', str, w),
         source_refs=_strs(it, 'source_refs', w), evidence=_strs(it, 'evidence', w),
@@ -549,9 +552,7 @@ def _state_from_dict(d):
   for i, ev in enumerate(_get(d, 'H', list, 'state')):
     w = f'H[{i}]'
     _no_unknown(ev, 'H', w)
-    kind = _get(ev, 'kind', str, w)
-    if kind not in HISTORY_KINDS:
-      raise ValueError(f'MemoryState.from_json: field {w}.kind is {kind!r}')
+    kind = _get_choice(ev, 'kind', HISTORY_KINDS, w)
     h.append(HistoryEvent(
         id=_get(ev, 'id', str, w), step=_get(ev, 'step', int, w), kind=kind,
         text=_get(ev, 'text', str, w), source_refs=_strs(ev, 'source_refs', w),

@@ -12,6 +12,8 @@ plus `Verifier.counters` (retries, malformed outputs, fallbacks) for metrics.
 
 from typing import Any, Mapping
 
+from vermem_jax.config_util import dataclass_from_mapping
+
 from vermem_jax.verifiers.base import (
     ALL_OPS, BACKENDS, FALLBACKS, GLOBAL_DIMENSIONS, LOCAL_DIMENSIONS, GlobalScores,
     GlobalVerifierInput, ItemUpdate, ItemView, LocalScores, LocalVerifierInput,
@@ -34,12 +36,8 @@ def make_verifier(config: VerifierConfig | Mapping[str, Any], **backend_kwargs) 
       unknown keys in a mapping config.
   """
   if not isinstance(config, VerifierConfig):
-    config = dict(config)
-    known = set(VerifierConfig.__dataclass_fields__)
-    unknown = sorted(set(config) - known)
-    if unknown:
-      raise ValueError(f"unknown verifier config keys {unknown}; known: {sorted(known)}")
-    config = VerifierConfig(**config)
+    config = dataclass_from_mapping(VerifierConfig, config, strict=True,
+                                    what="verifier")
   if config.backend == "heuristic":
     return HeuristicVerifier(config, **backend_kwargs)
   if config.backend == "local_model":

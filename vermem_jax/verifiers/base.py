@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import threading
-from typing import Mapping, Sequence
+from typing import ClassVar, Mapping, Sequence
 
 # Operation names shared by records, advantages and metrics (team contract; mirrors
 # vermem_jax.memory.ALL_OPS, checked in tests/test_verifier_adapters.py).
@@ -44,6 +44,12 @@ BACKENDS = ("heuristic", "local_model", "openai_compatible")
 # What to return for an input whose verifier output stays malformed (or whose request
 # keeps failing) after `max_retries` retries. Appendix F.1 leaves this to the protocol.
 FALLBACKS = ("zero", "midpoint", "heuristic", "skip")
+
+
+# Smallest valid value of the numeric VerifierConfig fields (timeout_s must be > 0).
+_LOWER_BOUNDS = {"max_concurrency": 1, "max_retries": 0, "backoff_s": 0,
+                 "max_new_tokens": 1, "batch_size": 1, "temperature": 0,
+                 "max_section_chars": 100}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,23 +111,9 @@ class VerifierConfig:
           f"verifier.fallback={self.fallback!r}; expected one of {FALLBACKS}")
     if self.timeout_s <= 0:
       raise ValueError(f"verifier.timeout_s must be > 0, got {self.timeout_s}")
-    if self.max_concurrency < 1:
-      raise ValueError(
-          f"verifier.max_concurrency must be >= 1, got {self.max_concurrency}")
-    if self.max_retries < 0:
-      raise ValueError(f"verifier.max_retries must be >= 0, got {self.max_retries}")
-    if self.backoff_s < 0:
-      raise ValueError(f"verifier.backoff_s must be >= 0, got {self.backoff_s}")
-    if self.max_new_tokens < 1:
-      raise ValueError(
-          f"verifier.max_new_tokens must be >= 1, got {self.max_new_tokens}")
-    if self.batch_size < 1:
-      raise ValueError(f"verifier.batch_size must be >= 1, got {self.batch_size}")
-    if self.temperature < 0:
-      raise ValueError(f"verifier.temperature must be >= 0, got {self.temperature}")
-    if self.max_section_chars < 100:
-      raise ValueError(
-          f"verifier.max_section_chars must be >= 100, got {self.max_section_chars}")
+    for name, low in _LOWER_BOUNDS.items():
+      if getattr(self, name) < low:
+        raise ValueError(f"verifier.{name} must be >= {low}, got {getattr(self, name)}")
     if self.backend == "openai_compatible" and not (self.base_url and self.model):
       raise ValueError(
           "verifier.backend='openai_compatible' needs verifier.base_url and "
@@ -285,25 +277,31 @@ def _check_score(name: str, value: int):
     raise ValueError(f"{name} must be in [{SCORE_MIN}, {SCORE_MAX}], got {value}")
 
 
+class _Scores:
+  """Checks and lists the integer score fields named by `DIMENSIONS` (0..4)."""
+  DIMENSIONS: ClassVar[tuple[str, ...]] = ()
+
+  def __post_init__(self):
+    for name in self.DIMENSIONS:
+      _check_score(name, getattr(self, name))
+
+  def as_dict(self) -> dict[str, int]:
+    return {name: getattr(self, name) for name in self.DIMENSIONS}
+
+
 @dataclasses.dataclass(frozen=True)
-class LocalScores:
+class LocalScores(_Scores):
   """Local verifier scores for one executed decision (integers 0..4).
 
   `fallback` names the fallback that produced the scores ('zero', 'midpoint',
   'heuristic') or is None when the verifier itself answered.
   """
+  DIMENSIONS: ClassVar[tuple[str, ...]] = LOCAL_DIMENSIONS
   relevance: int
   grounding: int
   local_progress: int
   information_fidelity: int
   fallback: str | None = None
-
-  def __post_init__(self):
-    for name in LOCAL_DIMENSIONS:
-      _check_score(name, getattr(self, name))
-
-  def as_dict(self) -> dict[str, int]:
-    return {name: getattr(self, name) for name in LOCAL_DIMENSIONS}
 
   @property
   def r_local(self) -> float:
@@ -312,18 +310,12 @@ class LocalScores:
 
 
 @dataclasses.dataclass(frozen=True)
-class GlobalScores:
+class GlobalScores(_Scores):
   """Global verifier scores for one trajectory (integers 0..4, Appendix F.3)."""
+  DIMENSIONS: ClassVar[tuple[str, ...]] = GLOBAL_DIMENSIONS
   evidence_coherence: int
   terminal_memory_consistency: int
   fallback: str | None = None
-
-  def __post_init__(self):
-    for name in GLOBAL_DIMENSIONS:
-      _check_score(name, getattr(self, name))
-
-  def as_dict(self) -> dict[str, int]:
-    return {name: getattr(self, name) for name in GLOBAL_DIMENSIONS}
 
   @property
   def v_coh(self) -> float:

@@ -17,6 +17,7 @@ import logging
 import time
 from typing import Callable, Sequence
 
+from vermem_jax import http_chat
 from vermem_jax.verifiers import base
 from vermem_jax.verifiers import parsing
 from vermem_jax.verifiers import prompts
@@ -27,15 +28,9 @@ _LOG = logging.getLogger(__name__)
 MIDPOINT_SCORE = (base.SCORE_MIN + base.SCORE_MAX) // 2
 
 
-class BackendError(Exception):
-  """A failed generation request (timeout, HTTP error, connection failure).
-
-  Messages must never contain credentials.
-  """
-
-  def __init__(self, message: str, retryable: bool = True):
-    super().__init__(message)
-    self.retryable = retryable
+# A failed generation request (timeout, HTTP error, connection failure) with its
+# `retryable` flag; one class for every backend (the HTTP client raises it too).
+BackendError = http_chat.ChatError
 
 
 class LLMVerifier(base.Verifier):
@@ -116,21 +111,20 @@ class LLMVerifier(base.Verifier):
     return self._heuristic
 
   def _local_fallback(self, inputs):
-    kind = self.config.fallback
-    if kind == "skip":
-      return [None] * len(inputs)
-    if kind == "heuristic":
-      scores = self._heuristic_verifier()._score_local(list(inputs))  # pylint: disable=protected-access
-      return [dataclasses.replace(s, fallback=kind) for s in scores]
-    v = base.SCORE_MIN if kind == "zero" else MIDPOINT_SCORE
-    return [base.LocalScores(v, v, v, v, fallback=kind) for _ in inputs]
+    return self._fallback(inputs, base.LocalScores, "_score_local")
 
   def _global_fallback(self, inputs):
+    return self._fallback(inputs, base.GlobalScores, "_score_global")
+
+  def _fallback(self, inputs, scores_cls, heuristic_method):
+    """Scores of `config.fallback` for unscored inputs (None each for 'skip');
+    'heuristic' calls the heuristic backend's `heuristic_method` on them."""
     kind = self.config.fallback
     if kind == "skip":
       return [None] * len(inputs)
     if kind == "heuristic":
-      scores = self._heuristic_verifier()._score_global(list(inputs))  # pylint: disable=protected-access
+      scores = getattr(self._heuristic_verifier(), heuristic_method)(list(inputs))
       return [dataclasses.replace(s, fallback=kind) for s in scores]
     v = base.SCORE_MIN if kind == "zero" else MIDPOINT_SCORE
-    return [base.GlobalScores(v, v, fallback=kind) for _ in inputs]
+    constant = dict.fromkeys(scores_cls.DIMENSIONS, v)
+    return [scores_cls(**constant, fallback=kind) for _ in inputs]

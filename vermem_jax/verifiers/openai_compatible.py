@@ -1,11 +1,9 @@
 """Verifier backend over an OpenAI-compatible chat-completions HTTP endpoint.
 
-POSTs `{'model', 'messages', 'temperature', 'max_tokens'}` to
-`{base_url}/chat/completions` with the standard library (urllib), one request per
-input, at most `max_concurrency` in flight (thread pool). Reads
-`choices[0].message.content`. Timeouts, connection errors, HTTP 408/429/5xx and
-unreadable response bodies are retryable transport failures; other HTTP errors
-(400, 401, 403, 404, ...) are not. Retries, backoff and fallback follow `llm.LLMVerifier`.
+Transport is `vermem_jax.http_chat.ChatClient` (stdlib urllib, one request per input,
+at most `max_concurrency` in flight; its module docstring lists which failures are
+retryable). The client itself does not retry (`max_retries=0`): retries, backoff and
+fallback follow `llm.LLMVerifier`, which also re-asks on unparsable replies.
 
 The API key is read from the environment variable named by `config.api_key_env` when
 the verifier is built, kept only in the request header, and never logged, stored in
@@ -14,18 +12,9 @@ the config or put into an error message.
 
 from __future__ import annotations
 
-import concurrent.futures
-import json
-import os
-import socket
-import urllib.error
-import urllib.request
-
+from vermem_jax import http_chat
 from vermem_jax.verifiers import base
 from vermem_jax.verifiers import llm
-
-# HTTP statuses worth retrying: request timeout, rate limit, server-side failures.
-_RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
 
 
 class OpenAICompatibleVerifier(llm.LLMVerifier):
@@ -37,60 +26,20 @@ class OpenAICompatibleVerifier(llm.LLMVerifier):
 
   def __init__(self, config: base.VerifierConfig):
     super().__init__(config)
-    self._url = config.base_url.rstrip("/") + "/chat/completions"
-    self._headers = {"Content-Type": "application/json"}
-    if config.api_key_env:
-      key = os.environ.get(config.api_key_env)
-      if not key:
-        raise ValueError(
-            f"verifier.api_key_env names {config.api_key_env!r}, which is unset or "
-            "empty; set it or use api_key_env='' for a server without auth")
-      self._headers["Authorization"] = "Bearer " + key
-    self._pool = concurrent.futures.ThreadPoolExecutor(
-        max_workers=config.max_concurrency, thread_name_prefix="verifier-http")
+    self._client = http_chat.ChatClient(
+        config.base_url, config.model, api_key_env=config.api_key_env,
+        require_api_key=True, api_key_field="verifier.api_key_env",
+        timeout_s=config.timeout_s, max_retries=0,
+        max_concurrency=config.max_concurrency)
 
   def __repr__(self):  # the default repr would not leak the key, but be explicit
-    return (f"OpenAICompatibleVerifier(url={self._url!r}, "
+    return (f"OpenAICompatibleVerifier(url={self._client.url!r}, "
             f"model={self.config.model!r})")
 
   def _complete(self, conversations):
-    return list(self._pool.map(self._request, conversations))
-
-  def _request(self, messages: list[dict]) -> str | llm.BackendError:
-    body = json.dumps({
-        "model": self.config.model,
-        "messages": messages,
-        "temperature": self.config.temperature,
-        "max_tokens": self.config.max_new_tokens,
-    }).encode("utf-8")
-    req = urllib.request.Request(self._url, data=body, headers=self._headers,
-                                 method="POST")
-    try:
-      with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
-        raw = resp.read()
-    except urllib.error.HTTPError as e:
-      retryable = e.code >= 500 or e.code in _RETRYABLE_STATUS
-      e.close()
-      return llm.BackendError(f"HTTP {e.code} from {self._url}", retryable=retryable)
-    except (TimeoutError, socket.timeout):
-      return llm.BackendError(
-          f"timed out after {self.config.timeout_s}s waiting for {self._url}")
-    except urllib.error.URLError as e:
-      reason = e.reason
-      if isinstance(reason, (TimeoutError, socket.timeout)):
-        return llm.BackendError(
-            f"timed out after {self.config.timeout_s}s waiting for {self._url}")
-      return llm.BackendError(
-          f"connection to {self._url} failed: {type(reason).__name__}")
-    except (ConnectionError, OSError) as e:
-      return llm.BackendError(f"connection to {self._url} failed: {type(e).__name__}")
-    try:
-      content = json.loads(raw)["choices"][0]["message"]["content"]
-    except (ValueError, KeyError, IndexError, TypeError):
-      return llm.BackendError(f"unreadable chat-completions response from {self._url}")
-    if not isinstance(content, str):
-      return llm.BackendError(f"non-text message content from {self._url}")
-    return content
+    return self._client.complete_many(conversations,
+                                      max_tokens=self.config.max_new_tokens,
+                                      temperature=self.config.temperature)
 
   def preflight(self) -> None:
     """Sends one tiny chat request; raises if the endpoint cannot answer it.
@@ -104,12 +53,14 @@ class OpenAICompatibleVerifier(llm.LLMVerifier):
       ValueError: naming the URL, the model and the transport error (HTTP status,
         timeout, refused connection, unreadable body).
     """
-    reply = self._request([{"role": "user", "content": "Reply with OK."}])
-    if isinstance(reply, llm.BackendError):
+    reply = self._client.request_once(
+        [{"role": "user", "content": "Reply with OK."}],
+        max_tokens=self.config.max_new_tokens, temperature=self.config.temperature)
+    if isinstance(reply, http_chat.ChatError):
       raise ValueError(
           f"verifier endpoint check failed: {reply} (verifier.base_url="
           f"{self.config.base_url!r}, verifier.model={self.config.model!r}); start the "
           "server or fix the URL, or use --config.verifier.backend=heuristic")
 
   def close(self):
-    self._pool.shutdown(wait=True)
+    self._client.close()
