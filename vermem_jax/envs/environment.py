@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Optional, Sequence
 
+from vermem_jax import config_util
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import executor as mexec
@@ -77,8 +78,7 @@ class EnvConfig:
   @classmethod
   def from_config(cls, section) -> "EnvConfig":
     """From a config section (dict-like), ignoring keys this class lacks."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: section[k] for k in section if k in names})
+    return config_util.dataclass_from_mapping(cls, section)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
 import numpy as np
 
+from vermem_jax import config_util
 from vermem_jax.memory import checks
 from vermem_jax.memory import serialization
 
@@ -55,8 +56,7 @@ class SolverConfig:
   @classmethod
   def from_config(cls, section: Mapping[str, Any]) -> "SolverConfig":
     """From config section `solver`, ignoring its other keys (backend, ...)."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: section[k] for k in section if k in names})
+    return config_util.dataclass_from_mapping(cls, section)
 
 
 @dataclasses.dataclass(frozen=True)

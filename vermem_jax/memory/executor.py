@@ -235,35 +235,58 @@ def _replace_entry(state, entry):
 # --- handlers: return (found violations, commit thunk or None) ---------------------
 
 
-def _op_add(state, cmd, config, count_tokens, found):
-  content = cmd.get('content').strip()
+def _write_args(state, cmd, found, field, *, entry=None, no_source='no valid source'):
+  """Checks the text an Add/Update writes (`field`) and its source_refs.
+
+  `entry` is the entry an Update rewrites: it is no source of itself, and its current
+  content counts as grounding (the new text may restate it).
+  Returns (text, refs, source records, grounding texts); violations go to `found`.
+  """
+  text = cmd.get(field).strip()
   refs = _dedupe(cmd.get('source_refs'))
-  if checks.is_blank(content):
-    found.add('bad_argument', 'content is empty')
+  if checks.is_blank(text):
+    found.add('bad_argument', f'{field} is empty')
   if not refs:
     found.add('unsupported_write', 'no source_refs given')
-  recs = _sources(state, refs, found)
-  _check_markup(found, 'content', content, [_source_text(r) for r in recs])
+  recs = _sources(state, refs, found,
+                  exclude=entry.id if entry is not None else None)
+  grounding = ([_source_text(r) for r in recs]
+               + ([entry.content] if entry is not None else []))
+  _check_markup(found, field, text, grounding)
   if refs and not recs and not found:
-    found.add('unsupported_write', 'no valid source')
-  if found:
-    return None
+    found.add('unsupported_write', no_source)
+  return text, refs, recs, grounding
+
+
+def _new_version(state, k, content, refs, recs, count_tokens):
+  return st.LTMVersion(
+      version=k, content=content, source_refs=refs,
+      evidence=st.union_refs(*(_source_evidence(r) for r in recs)),
+      step=state.step, tokens=count_tokens(content))
+
+
+def _check_new_text(state, config, found, content, grounding, dup_hint=''):
+  """An Add/Update text must not repeat an active entry, then must be grounded."""
   dup = _duplicate_of(state, content)
   if dup is not None:
-    found.add('unsupported_write', f'duplicates active entry {dup} (use Update or ∅)')
-    return None
-  grounding = [_source_text(r) for r in recs]
+    found.add('unsupported_write', f'duplicates active entry {dup}{dup_hint}')
+    return
   _check_written(state, config, found, content, grounding,
                  config.check_numbers_on_write)
+
+
+def _op_add(state, cmd, config, count_tokens, found):
+  content, refs, recs, grounding = _write_args(state, cmd, found, 'content')
+  if found:
+    return None
+  _check_new_text(state, config, found, content, grounding,
+                  dup_hint=' (use Update or ∅)')
   if found:
     return None
 
   def commit():
     entry_id = st.make_id(state.ns, 'm', len(state.M) + 1)
-    version = st.LTMVersion(
-        version=0, content=content, source_refs=refs,
-        evidence=st.union_refs(*(_source_evidence(r) for r in recs)),
-        step=state.step, tokens=count_tokens(content))
+    version = _new_version(state, 0, content, refs, recs, count_tokens)
     s = state.evolve(M=state.M + (st.LTMEntry(entry_id, (version,)),))
     return s, f'created {entry_id}'
   return commit
@@ -289,40 +312,21 @@ def _active_entry(state, ref, found):
 
 def _op_update(state, cmd, config, count_tokens, found):
   entry = _active_entry(state, cmd.get('memory_id'), found)
-  content = cmd.get('new_content').strip()
-  refs = _dedupe(cmd.get('source_refs'))
-  if checks.is_blank(content):
-    found.add('bad_argument', 'new_content is empty')
-  if not refs:
-    found.add('unsupported_write', 'no source_refs given')
-  recs = _sources(state, refs, found,
-                  exclude=entry.id if entry is not None else None)
-  _check_markup(found, 'new_content', content,
-                [_source_text(r) for r in recs]
-                + ([entry.content] if entry is not None else []))
-  if refs and not recs and not found:
-    found.add('unsupported_write', 'no valid source other than the entry itself')
+  content, refs, recs, grounding = _write_args(
+      state, cmd, found, 'new_content', entry=entry,
+      no_source='no valid source other than the entry itself')
   if found:
     return None
   if checks.same_text(entry.content, content):
     found.add('unsupported_write', 'new_content does not change the entry (use ∅)')
     return None
-  dup = _duplicate_of(state, content)
-  if dup is not None:
-    found.add('unsupported_write', f'duplicates active entry {dup}')
-    return None
-  grounding = [_source_text(r) for r in recs] + [entry.content]
-  _check_written(state, config, found, content, grounding,
-                 config.check_numbers_on_write)
+  _check_new_text(state, config, found, content, grounding)
   if found:
     return None
 
   def commit():
     k = len(entry.versions)
-    version = st.LTMVersion(
-        version=k, content=content, source_refs=refs,
-        evidence=st.union_refs(*(_source_evidence(r) for r in recs)),
-        step=state.step, tokens=count_tokens(content))
+    version = _new_version(state, k, content, refs, recs, count_tokens)
     new = st.LTMEntry(entry.id, entry.versions + (version,), entry.status,
                       entry.deletion_reason, entry.deleted_step)
     return _replace_entry(state, new), f'{entry.id} now at version {k}'

@@ -201,17 +201,14 @@ def build_batch(decisions: Sequence[DecisionTokens], config: BatchingConfig, *,
     out['input_ids'][row, cmd] = d.command_tokens
     out['attention_mask'][row, :p + c] = 1
     out['loss_mask'][row, cmd] = 1.0
-    out['command_ids'][row, cmd] = ids[row]
-    out['advantages'][row, cmd] = d.advantage
-    out['token_weights'][row, cmd] = weight
-    out['old_logprobs'][row, cmd] = d.old_logprobs
     out['command_positions'][row, :c] = np.arange(p - 1, p + c - 1)
     out['target_ids'][row, :c] = d.command_tokens
     out['command_mask'][row, :c] = 1.0
-    out['command_ids_l'][row, :c] = ids[row]
-    out['advantages_l'][row, :c] = d.advantage
-    out['old_logprobs_l'][row, :c] = d.old_logprobs
-    out['token_weights_l'][row, :c] = weight
+    # Per-command values: on the command's tokens [T] and, gathered, in `key_l` [L].
+    for key, value in (('command_ids', ids[row]), ('advantages', d.advantage),
+                       ('token_weights', weight), ('old_logprobs', d.old_logprobs)):
+      out[key][row, cmd] = value
+      out[f'{key}_l'][row, :c] = value
   # Padding rows: one attended pad token, weight 0 (see module docstring).
   out['attention_mask'][len(decisions):, 0] = 1
   out['positions'] = np.maximum(np.cumsum(out['attention_mask'], axis=1) - 1,
