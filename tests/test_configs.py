@@ -145,16 +145,22 @@ def test_bad_scale_argument():
     ('solver.backend', 'gpt', 'config.solver.backend'),
     ('batching.length_buckets', (256, 512), 'config.batching.length_buckets'),
     ('batching.command_buckets', (32, 16), 'config.batching.command_buckets'),
-    ('batching.length_buckets', (256, 512, 2048 + 64),
-     r'config.batching.length_buckets: largest bucket 2112 < .* = 2176'),
-    ('sampling.prompt_buckets', (256, 2048),
-     r'config.sampling.prompt_buckets: largest bucket 2048 < .* 2048 \+ 64 = 2112'),
+    # Tiny scale: policy_input_limit 768, prompt overhead 64, max_command_tokens 160.
+    ('batching.length_buckets', (256, 512, 768 + 64),
+     r'config.batching.length_buckets: largest bucket 832 < .* = 992'),
+    ('sampling.prompt_buckets', (256, 768),
+     r'config.sampling.prompt_buckets: largest bucket 768 < .* 768 \+ 64 = 832'),
     ('sampling.prompt_buckets', (512, 256), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_buckets', (), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_overhead_tokens', -1, 'config.sampling.prompt_overhead_tokens'),
     ('eval.target_budget', 9000, 'config.eval.target_budget'),
     ('rl.reference_phase', 'sft', 'config.rl.reference_phase'),
     ('model.preset', 'qwen9', 'config.model.preset'),
+    ('rl.old_logprobs', 'both', 'config.rl.old_logprobs'),
+    ('sft.teacher_backend', 'gpt', 'config.sft.teacher_backend'),
+    ('sft.teacher_timeout_s', 0.0, 'config.sft.teacher_timeout_s'),
+    ('model.mesh_fsdp', 0, 'config.model.mesh_fsdp'),
+    ('model.mesh_data', -2, 'config.model.mesh_data'),
 ])
 def test_validate_names_bad_field(field, value, match):
   c = common.get_config('phase_b')
@@ -267,7 +273,8 @@ def test_to_dataclass():
 
 
 @pytest.mark.parametrize('scale, prompt, length', [
-    ('tiny', (256, 512, 1024, 2048, 2112), (256, 512, 1024, 2048, 2176)),
+    # tiny: policy_input_limit 768 + overhead 64; + max_command_tokens 160.
+    ('tiny', (256, 512, 832), (256, 512, 992)),
     ('paper', (256, 512, 1024, 2048, 4096, 8192, 8256),
      (256, 512, 1024, 2048, 4096, 8192, 8512)),
 ])
@@ -316,6 +323,62 @@ def test_overriding_limits_moves_derived_buckets():
     common.validate_config(c)
 
 
+def _parse_flags(config_file, *overrides):
+  """Parses `--config=<file> overrides...` as experiments/run.py does."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  path = os.path.join(os.path.dirname(common.__file__), config_file)
+  argv = ['prog', f'--config={path}', *overrides]
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file('config', flag_values=fv, sys_argv=argv)
+  fv(argv)
+  return fv.config
+
+
+def test_sft_teacher_fields_reach_the_sft_data_config():
+  """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
+  from vermem_jax.envs import sft_data  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
+  c = common.get_config('sft')
+  assert c.sft.teacher_backend is None
+  defaults = sft_data.SFTDataConfig()
+  for name in ('teacher_api_key_env', 'teacher_timeout_s', 'teacher_max_tokens',
+               'teacher_temperature', 'teacher_base_url', 'teacher_model'):
+    assert c.sft[name] == getattr(defaults, name), name
+  c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible',
+                   '--config.sft.teacher_base_url=http://127.0.0.1:9/v1',
+                   '--config.sft.teacher_model=qwen-teacher',
+                   '--config.sft.teacher_timeout_s=5', '--config.sft.teacher_max_tokens=99')
+  common.validate_config(c)
+  data_cfg = sft._sft_data_config(c)  # pylint: disable=protected-access
+  assert data_cfg.teacher_backend == 'openai_compatible'
+  assert data_cfg.teacher_base_url == 'http://127.0.0.1:9/v1'
+  assert data_cfg.teacher_model == 'qwen-teacher'
+  assert data_cfg.teacher_timeout_s == 5.0 and data_cfg.teacher_max_tokens == 99
+  assert sft.trajectory_fingerprint(c)['teacher_backend'] == 'openai_compatible'
+  c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible')
+  with pytest.raises(ValueError, match='config.sft.teacher_base_url'):
+    common.validate_config(c)
+
+
+def test_old_logprobs_field():
+  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  for phase in ('phase_a', 'phase_b', 'phase_c'):
+    assert _paper(phase).rl.old_logprobs == 'learner'
+  assert common.get_config('phase_b').rl.old_logprobs == 'learner'
+  assert common.get_config('phase_b').rl.old_logprobs == rl_phase.DEFAULT_OLD_LOGPROBS
+  assert common.OLD_LOGPROBS_SOURCES == rl_phase.OLD_LOGPROBS_SOURCES
+  c = _parse_flags('phase_b.py', '--config.rl.old_logprobs=sampler')
+  common.validate_config(c)
+  assert rl_phase.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
+
+
+def test_model_config_is_the_trainers():
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  c = common.get_config('phase_b')
+  assert common.model_config(c) == setup.model_config_from(c)
+
+
 def test_command_line_override_keeps_buckets_consistent():
   """--config.memory.policy_input_limit through ml_collections' config_flags (the same
   parsing experiments/run.py does) moves the derived buckets; an explicit bucket flag
@@ -334,7 +397,8 @@ def test_command_line_override_keeps_buckets_consistent():
 
   c = parse('--config.memory.policy_input_limit=3000')
   assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 3064)
-  assert c.batching.length_buckets == (256, 512, 1024, 2048, 3128)
+  # 3064 + the tiny max_command_tokens (160).
+  assert c.batching.length_buckets == (256, 512, 1024, 2048, 3224)
   common.validate_config(c)
   c = parse('--config.memory.policy_input_limit=3000',
             '--config.sampling.prompt_buckets=(1024, 3064)',
@@ -343,9 +407,9 @@ def test_command_line_override_keeps_buckets_consistent():
   assert c.batching.length_buckets == (256, 512, 1024, 2048, 3096)
   assert c.batching.command_buckets == (16, 32)
   common.validate_config(c)
-  c = parse('--config.sampling.prompt_buckets=(1024, 2048)')
+  c = parse('--config.sampling.prompt_buckets=(256, 512)')  # tiny needs 768 + 64
   with pytest.raises(ValueError, match='config.sampling.prompt_buckets: largest bucket '
-                     '2048 < '):
+                     '512 < '):
     common.validate_config(c)
 
 

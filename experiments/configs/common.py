@@ -58,6 +58,8 @@ SCALES = ('tiny', 'paper')
 
 SOLVER_BACKENDS = ('oracle', 'llm')
 KL_ESTIMATORS = ('exact', 'k3')
+OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_phase.OLD_LOGPROBS_SOURCES
+TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.SFTDataConfig's
 DTYPES = ('float32', 'bfloat16')
 
 # The official train file a paper-scale run needs (SPEC §4: the full train split).
@@ -289,7 +291,15 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
   c.sft.dev_per_target = 500           # SPEC §4
   c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
   c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
+  # Optional teacher for the non-template half (paper App. D.2); keys =
+  # envs.sft_data.SFTDataConfig fields. None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
+  c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
+  c.sft.teacher_model = ''             # model name served there
+  c.sft.teacher_api_key_env = 'VERMEM_TEACHER_API_KEY'  # env var name; never logged
+  c.sft.teacher_timeout_s = 30.0       # decision: seconds per request
+  c.sft.teacher_max_tokens = 256       # decision: teacher reply length (tokens)
+  c.sft.teacher_temperature = 0.7      # decision: diverse teacher commands
   c.sft.learning_rate = 2e-5           # SPEC §4 AdamW
   c.sft.warmup_ratio = 0.03            # SPEC §4
   c.sft.max_grad_norm = 1.0            # SPEC §4
@@ -313,6 +323,13 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
   c.rl.weight_decay = 0.0              # decision: SPEC gives none
   c.rl.monitor_every = 10              # decision: cadence of m^all / m^ans (updates)
   c.rl.reference_phase = PREVIOUS_PHASE[phase] or ''  # SPEC §4 π_ref
+  # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
+  #   'learner': recomputed in the learner's forward at the rollout temperature under
+  #     stop_gradient. One optimizer step per update makes θ = θ_old there, so ρ = 1
+  #     exactly; the sampler's numbers are log-probs under the top-p-renormalized
+  #     distribution and would bias ρ by log(nucleus mass).
+  #   'sampler': the sampler's recorded log-probs (the bias above included).
+  c.rl.old_logprobs = 'learner'
 
   # --- advantages (SPEC §6, paper Table 23) ---
   # Keys = rl.advantages.AdvantageConfig fields.
@@ -518,6 +535,20 @@ def validate_config(config: ml_collections.ConfigDict, *,
   _require(t.weight_decay >= 0, 'sft.weight_decay', 'must be >= 0')
   _require(t.eval_every >= 1, 'sft.eval_every', 'must be >= 1')
   _require(t.max_steps is None or t.max_steps >= 1, 'sft.max_steps', 'must be >= 1 or None')
+  _require(t.teacher_backend in TEACHER_BACKENDS, 'sft.teacher_backend',
+           f'{t.teacher_backend!r} not in {TEACHER_BACKENDS}')
+  if t.teacher_backend:
+    _require(bool(t.teacher_base_url) and bool(t.teacher_model), 'sft.teacher_base_url',
+             'the teacher needs sft.teacher_base_url and sft.teacher_model')
+  _require(t.teacher_timeout_s > 0, 'sft.teacher_timeout_s', 'must be > 0 seconds')
+  _require(t.teacher_max_tokens >= 1, 'sft.teacher_max_tokens', 'must be >= 1')
+  _require(t.teacher_temperature >= 0, 'sft.teacher_temperature', 'must be >= 0')
+  for key in ('model.mesh_data', 'model.mesh_fsdp', 'model.mesh_tensor'):
+    section, name = key.split('.')
+    value = config[section][name]
+    _require(isinstance(value, int) and (value >= 1 or (name == 'mesh_data'
+                                                        and value == -1)),
+             key, f'must be an int >= 1 (mesh_data may be -1 = the rest), got {value!r}')
   r = config.rl
   _require(r.num_updates >= 0, 'rl.num_updates', 'must be >= 0')
   _require(r.tasks_per_update >= 1, 'rl.tasks_per_update', 'must be >= 1')
@@ -532,6 +563,8 @@ def validate_config(config: ml_collections.ConfigDict, *,
   _require(r.entropy_coef >= 0, 'rl.entropy_coef', 'must be >= 0')
   _require(r.weight_decay >= 0, 'rl.weight_decay', 'must be >= 0')
   _require(r.monitor_every >= 1, 'rl.monitor_every', 'must be >= 1')
+  _require(r.old_logprobs in OLD_LOGPROBS_SOURCES, 'rl.old_logprobs',
+           f'{r.old_logprobs!r} not in {OLD_LOGPROBS_SOURCES}')
   _require(r.reference_phase == (PREVIOUS_PHASE[config.phase] or ''),
            'rl.reference_phase',
            f'{config.phase} uses {PREVIOUS_PHASE[config.phase]!r} as π_ref (SPEC §4)')
@@ -614,20 +647,9 @@ def check_tokenizer_fits_model(config: ml_collections.ConfigDict) -> None:
     ValueError: `config.tokenizer.path: ...` naming both vocabulary sizes, or the
       tokenizer / model config problems `validate_config(check_paths=True)` reports.
   """
-  path = config.tokenizer.path or config.model.hf_checkpoint
-  qwen_config = model_config(config)
-  try:
-    _check_tokenizer_fits(str(path), qwen_config)
-  except (OSError, ValueError) as e:
-    raise ValueError(f'config.tokenizer.path: {e}') from e
-
-
-@functools.lru_cache(maxsize=8)
-def _check_tokenizer_fits(path: str, qwen_config: Any) -> None:
-  # Cached: a command (or test) that runs several phases checks the same pair once.
-  from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
-  tokenization.check_tokenizer_model_compat(tokenization.load_tokenizer(path),
-                                            qwen_config)
+  # The trainers' loader: cached per folder, so the trainer reuses this load.
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  setup.load_tokenizer_for(config, model_config(config))
 
 
 def model_config(config: ml_collections.ConfigDict) -> Any:
@@ -637,18 +659,10 @@ def model_config(config: ml_collections.ConfigDict) -> Any:
   Raises:
     ValueError: an unknown preset or an unreadable checkpoint config (names the field).
   """
-  from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
-  numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
-                  remat=config.model.remat)
-  if config.model.hf_checkpoint:
-    try:
-      return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
-    except (OSError, ValueError, KeyError) as e:
-      raise ValueError(f'config.model.hf_checkpoint: {e}') from e
-  try:
-    return qwen.QwenConfig.preset(config.model.preset, **numerics)
-  except KeyError as e:
-    raise ValueError(f'config.model.preset: {e.args[0]}') from e
+  # The trainers' own builder (one definition); imported here because the library is
+  # heavier than the config layer.
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  return setup.model_config_from(config)
 
 
 def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:

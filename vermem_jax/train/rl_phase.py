@@ -78,6 +78,15 @@ same seed. A run whose newest restorable checkpoint is the last update returns i
 stored final metrics without work. A workdir holding a run with other settings, or whose
 previous phase changed since this phase started, is refused (ValueError).
 
+Devices (`train/setup.py`). θ, π_ref and the AdamW state are placed on the
+('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*` (restore templates carry the
+shardings, so checkpoints load directly into that layout); learner micro-batch rows are
+split over ('data', 'fsdp') and the jitted learner runs under `sharding.use_sharding`.
+The rollout sampler runs under the same rules (`setup.generate_fn_for`); an 'llm'
+solver checkpoint is loaded onto the same mesh and read without activation constraints. Before the first rollout the
+tokenizer is checked against the policy's and the solver checkpoint's vocabularies, and
+a verifier with `preflight()` (OpenAI-compatible HTTP) must answer one request.
+
 Single-host: the reference fingerprint reads every parameter to host memory once per
 phase start.
 """
@@ -100,7 +109,6 @@ import ml_collections
 import numpy as np
 import optax
 
-from vermem_jax import tokenization
 from vermem_jax.envs import environment
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
@@ -121,6 +129,7 @@ from vermem_jax import verifiers
 from vermem_jax.verifiers import base as vbase
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import setup as setup_lib
 
 # SPEC §4: the curriculum θ_SFT -> θ_A -> θ_B -> θ_C; each RL phase starts from, and
 # regularizes towards, the previous phase's parameters.
@@ -165,39 +174,6 @@ def _fields_from(cls: type, section: Mapping[str, Any], **extra: Any) -> Any:
 
 def _section(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
   return config[name].to_dict()
-
-
-def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
-  """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`,
-  with `model.dtype` / `param_dtype` / `remat` applied.
-
-  Raises:
-    ValueError: unknown preset or unreadable checkpoint config (names the field).
-  """
-  numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
-                  remat=config.model.remat)
-  if config.model.hf_checkpoint:
-    try:
-      return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
-    except (OSError, ValueError, KeyError) as e:
-      raise ValueError(f'config.model.hf_checkpoint: {e}') from e
-  try:
-    return qwen.QwenConfig.preset(config.model.preset, **numerics)
-  except KeyError as e:
-    raise ValueError(f'config.model.preset: {e.args[0]}') from e
-
-
-@functools.lru_cache(maxsize=4)
-def _tokenizer(path: str) -> tokenization.Tokenizer:
-  return tokenization.load_tokenizer(path)
-
-
-def _tokenizer_path(config: ml_collections.ConfigDict) -> str:
-  path = config.tokenizer.path or config.model.hf_checkpoint
-  if not path:
-    raise ValueError('config.tokenizer.path: no tokenizer folder (set it, or '
-                     'config.model.hf_checkpoint whose folder holds the tokenizer)')
-  return str(path)
 
 
 def learner_batching_config(bcfg: batching.BatchingConfig, *, policy_input_limit: int,
@@ -251,6 +227,10 @@ def make_optimizer(opt: RLOptimizerConfig) -> optax.GradientTransformation:
       optax.adamw(opt.learning_rate, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS,
                   weight_decay=opt.weight_decay,
                   mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)))
+
+
+# Shared with the SFT trainer (train/setup.py).
+model_config_from = setup_lib.model_config_from
 
 
 @jax.jit
@@ -361,8 +341,9 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
 def learner_update(params: Any, ref_params: Any, opt_state: Any,
                    decisions: Sequence[batching.DecisionTokens], *,
                    model_config: qwen.QwenConfig, batching_config: batching.BatchingConfig,
-                   loss: LossConfig, opt: RLOptimizerConfig,
-                   pad_id: int) -> tuple[Any, Any, dict[str, float]]:
+                   loss: LossConfig, opt: RLOptimizerConfig, pad_id: int,
+                   mesh: jax.sharding.Mesh | None = None
+                   ) -> tuple[Any, Any, dict[str, float]]:
   """One GRPO optimizer step over all decisions of an update (SPEC §6, Eq. 11).
 
   Args:
@@ -376,6 +357,10 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     loss: ε, β, KL estimator, temperature, θ_old log-prob source.
     opt: optimizer settings.
     pad_id: padding token id.
+    mesh: the training mesh (`setup.make_mesh_from`; params, ref_params and opt_state
+      already placed on it): micro-batch rows are split over ('data', 'fsdp'), the
+      model's activation constraints apply, gradient sums are sharded like the params.
+      None = single-device behaviour (arrays as placed).
   Returns:
     (new params, new opt_state, metrics): 'train/loss' (= Σ/N of each command's
     token-mean −ℓ), 'train/policy_loss', 'train/kl_loss', 'train/kl', 'train/
@@ -396,7 +381,7 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
   mbs = batching.micro_batches(decisions, batching_config, pad_id=pad_id)
   t_batch = time.perf_counter() - t0
   t_grad = 0.0
-  grad_sum = jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
+  grad_sum = setup_lib.zeros_like_params(params)
   loss_sum, parts = 0.0, []
   gap_sum = gap_abs_sum = gap_count = 0.0
   kwargs = dict(model_config=model_config, clip_epsilon=loss.clip_epsilon,
@@ -406,8 +391,10 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
   for mb in mbs:
     t0 = time.perf_counter()
     step_batch = batching.to_step_batch(mb)
-    (l, _, m, learner_lp), grads = grpo_step(params, ref_params, step_batch, **kwargs)
-    grad_sum = _add_grads(grad_sum, grads)
+    with setup_lib.mesh_context(mesh):
+      (l, _, m, learner_lp), grads = grpo_step(
+          params, ref_params, setup_lib.place_batch(step_batch, mesh), **kwargs)
+      grad_sum = _add_grads(grad_sum, grads)
     loss_sum += float(l)
     parts.append(m)
     mask = step_batch['command_ids'] > 0
@@ -417,8 +404,9 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     gap_count += float(mask.sum())
     t_grad += time.perf_counter() - t0
   t0 = time.perf_counter()
-  new_params, new_opt_state, grad_norm = apply_update(
-      params, opt_state, grad_sum, jnp.asarray(float(n), jnp.float32), opt=opt)
+  with setup_lib.mesh_context(mesh):
+    new_params, new_opt_state, grad_norm = apply_update(
+        params, opt_state, grad_sum, jnp.asarray(float(n), jnp.float32), opt=opt)
   grad_norm = float(grad_norm)  # waits for the step
   t_opt = time.perf_counter() - t0
   out = {f'train/{k}': v for k, v in _combine_metrics(parts).items()}
@@ -484,20 +472,27 @@ def _check_phase(config: ml_collections.ConfigDict) -> str:
   return phase
 
 
-def build_setup(config: ml_collections.ConfigDict, *,
-                solver_params: Any = None) -> PhaseSetup:
+def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
+                mesh: jax.sharding.Mesh | None = None) -> PhaseSetup:
   """Tokenizer, episodes, solver, verifier and library configs of one phase.
+
+  Checks before any rollout: the tokenizer fits the policy's (and an 'llm' solver
+  checkpoint's) vocabulary (`tokenization.check_tokenizer_model_compat`), and a
+  verifier with a `preflight()` (the OpenAI-compatible backend) answers one request.
 
   Args:
     config: the phase config (experiments/configs/phase_*.py).
     solver_params: parameters for an 'llm' task solver without its own checkpoint.
+    mesh: where an 'llm' solver checkpoint's parameters are placed (sharded like the
+      policy's); None = the default device.
   Raises:
-    ValueError: a bad config field (named), e.g. an 'llm' solver without weights.
+    ValueError: a bad config field (named), e.g. an 'llm' solver without weights, a
+      tokenizer whose ids exceed a model's vocab_size, or an unreachable verifier.
   """
   phase = _check_phase(config)
   op_space = config.episodes.op_space
-  tok = _tokenizer(_tokenizer_path(config))
-  mc = model_config_from(config)
+  mc = setup_lib.model_config_from(config)
+  tok = setup_lib.load_tokenizer_for(config, mc)
   exec_cfg = _fields_from(ExecutorConfig, _section(config, 'memory'), phase=op_space)
   env_cfg = environment.EnvConfig.from_config(_section(config, 'episodes'))
   scen_cfg = scenarios.ScenarioConfig.from_config(_section(config, 'episodes'))
@@ -514,8 +509,12 @@ def build_setup(config: ml_collections.ConfigDict, *,
   elif config.solver.backend == 'llm':
     path = config.solver.hf_checkpoint or config.model.hf_checkpoint
     if path:
-      s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype)
+      s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype,
+                                                 mesh=mesh)
       s_cfg = s_cfg.replace(dtype=config.model.dtype)
+      field = ('config.solver.hf_checkpoint' if config.solver.hf_checkpoint
+               else 'config.model.hf_checkpoint')
+      setup_lib.check_tokenizer_fits(tok, s_cfg, field=field)
     elif solver_params is not None:
       s_cfg, s_params = mc, solver_params
     else:
@@ -529,6 +528,9 @@ def build_setup(config: ml_collections.ConfigDict, *,
     raise ValueError(f'config.solver.backend: unknown {config.solver.backend!r}')
   verifier = verifiers.make_verifier(
       _fields_from(vbase.VerifierConfig, _section(config, 'verifier')))
+  if hasattr(verifier, 'preflight'):
+    # Transport failures become fallback scores during scoring; fail now instead.
+    verifier.preflight()
   sampling_cfg = _fields_from(policy_lib.PolicySamplingConfig, _section(config, 'sampling'))
   bcfg = learner_batching_config(
       _fields_from(batching.BatchingConfig, _section(config, 'batching')),
@@ -634,15 +636,7 @@ def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def _check_resume(metadata: Mapping[str, Any], fingerprint: Mapping[str, Any],
                   directory: str) -> None:
-  old = (metadata or {}).get('fingerprint')
-  if old is None:
-    return
-  diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
-  if diff:
-    raise ValueError(
-        f'{directory} holds a run with different settings ('
-        + ', '.join(f'{k}: {old.get(k)!r} -> {fingerprint.get(k)!r}' for k in diff)
-        + '); it cannot be resumed exactly. Use a fresh --workdir or the old values.')
+  setup_lib.check_resume(metadata, fingerprint, directory, what='a run')
 
 
 def data_position(update: int, setup: PhaseSetup, seed: int) -> dict[str, int]:
@@ -730,13 +724,14 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   total = int(config.rl.num_updates)
   seed = int(config.seed)
   fingerprint = trajectory_fingerprint(config)
-  mc = model_config_from(config)
-  param_shapes = jax.eval_shape(functools.partial(qwen.init_params, mc),
-                                jax.random.PRNGKey(0))
+  mc = setup_lib.model_config_from(config)
+  mesh = setup_lib.make_mesh_from(config)
   opt = RLOptimizerConfig(learning_rate=float(config.rl.learning_rate),
                           max_grad_norm=float(config.rl.max_grad_norm),
                           weight_decay=float(config.rl.weight_decay))
-  opt_shapes = jax.eval_shape(make_optimizer(opt).init, param_shapes)
+  # Abstract arrays with the mesh shardings: restores land directly on the layout.
+  param_shapes, opt_shapes = setup_lib.abstract_train_state(
+      mc, make_optimizer(opt).init, mesh)
   template = checkpoints.TrainState(
       step=0, params=param_shapes, opt_state=opt_shapes, rng=rollout.update_rng(seed, 1),
       running_stats={}, data_position={}, metadata={})
@@ -782,12 +777,12 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   logging.info('%s: π_ref = %s step %d (params sha256 %s)', phase, prev, ref_step,
                ref_sha[:16])
 
-  setup = build_setup(config)
+  setup = build_setup(config, mesh=mesh)
   tok = setup.tokenizer
   if restored is None:
     step = 0
     params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable, so sharing is safe
-    opt_state = make_optimizer(setup.opt).init(params)
+    opt_state = setup_lib.init_opt_state(make_optimizer(setup.opt).init, params, mesh)
     running, used = init_running_stats(config, setup)
     logging.info('%s: running statistics initialized from dev transitions %s', phase,
                  used)
@@ -811,7 +806,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
 
   policy = policy_lib.SamplerPolicy(
       setup.model_config, params, tok, sampling_config=setup.sampling_config,
-      batch_buckets=(setup.rollout_config.num_rollouts,))
+      batch_buckets=(setup.rollout_config.num_rollouts,),
+      generate_fn=setup_lib.generate_fn_for(mesh))
   stop = total if stop_after_update is None else min(total, int(stop_after_update))
   save_every = int(config.checkpoint.save_every)
   log_every = int(config.metrics.log_every)
@@ -844,7 +840,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       params, opt_state, learn = learner_update(
           params, ref_params, opt_state, result.decision_tokens(),
           model_config=setup.model_config, batching_config=setup.batching_config,
-          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id))
+          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=mesh)
       jax.block_until_ready(params)
       t2 = time.perf_counter()
       step = n

@@ -42,6 +42,14 @@ target op), invalid-operation rate (unparseable, op outside the phase, or reject
 executor), executable rate (1 − invalid), exact command match, and the teacher-forced
 dev loss.
 
+Devices (`train/setup.py`). The model config and tokenizer are built once and checked
+against each other (`tokenization.check_tokenizer_model_compat`). Parameters and the
+AdamW state live on the ('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*`
+(FSDP / tensor sharding per models/sharding.py; the optimizer state sharded like the
+parameters), micro-batch rows are split over ('data', 'fsdp'), and the jitted steps and dev greedy
+decoding run under `sharding.use_sharding` so the model's activation constraints apply.
+On one device all of this is the single-device computation.
+
 Checkpoints (`workdir/sft`, one `PhaseCheckpointManager`): after every evaluation, with
 selection metrics {tool_accuracy, invalid_rate} (best = higher dev tool accuracy, ties
 by lower invalid rate; SPEC §4), and every `checkpoint.save_every` steps. Each holds
@@ -76,13 +84,13 @@ from vermem_jax.envs import sft_data
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
 from vermem_jax.rl import policy
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import setup as setup_lib
 
 PHASE = 'sft'
 COUNTS_FILE = 'sft_data_counts.txt'
@@ -213,11 +221,11 @@ def _step_batch(mb: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   return {k: step[k] for k in STEP_KEYS}
 
 
-@jax.jit
 def zero_accumulator(params: Any) -> dict[str, Any]:
-  """Empty gradient/loss accumulator for one optimizer step (float32; jitted)."""
+  """Empty gradient/loss accumulator for one optimizer step (float32; gradient sums
+  sharded like `params`, so FSDP keeps them split)."""
   zero = jnp.zeros((), jnp.float32)
-  return {'grads': jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params),
+  return {'grads': setup_lib.zeros_like_params(params),
           'loss_sum': zero, 'count': zero, 'token_nll': zero, 'token_correct': zero,
           'tokens': zero}
 
@@ -245,7 +253,8 @@ def _accumulate_fn(donate: bool) -> Callable:
 
 def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
                            micro_batch: Mapping[str, np.ndarray], *,
-                           model_config: qwen.QwenConfig) -> dict[str, Any]:
+                           model_config: qwen.QwenConfig,
+                           mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
   """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
 
   Args:
@@ -254,13 +263,16 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
     micro_batch: a `batching.build_batch` / `micro_batches` batch ([B, T] and [B, L]
       arrays; only the STEP_KEYS are read).
     model_config: QwenConfig (static).
+    mesh: the training mesh (`setup.make_mesh_from`): rows are split over
+      ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
   Returns:
     acc + {grads: ∂(Σ_commands token-mean NLL)/∂params, loss_sum: that sum, count:
     number of commands, token_nll / token_correct / tokens: token-level sums}.
   """
   donate = jax.default_backend() != 'cpu'
-  return _accumulate_fn(donate)(params, acc, _step_batch(micro_batch),
-                                model_config=model_config)
+  batch = setup_lib.place_batch(_step_batch(micro_batch), mesh)
+  with setup_lib.mesh_context(mesh):
+    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config)
 
 
 @functools.partial(jax.jit, static_argnames=('opt',))
@@ -294,9 +306,13 @@ def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
 
 def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-               model_config: qwen.QwenConfig,
-               opt: OptimizerConfig) -> tuple[Any, Any, dict[str, float]]:
+               model_config: qwen.QwenConfig, opt: OptimizerConfig,
+               mesh: jax.sharding.Mesh | None = None
+               ) -> tuple[Any, Any, dict[str, float]]:
   """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
+
+  With `mesh`, params / opt_state should already be placed on it (`setup.
+  init_or_load_params`, `setup.init_opt_state`); the result keeps their shardings.
 
   Returns:
     (params, opt_state, metrics as Python floats; see `apply_accumulated`).
@@ -305,8 +321,9 @@ def train_step(params: Any, opt_state: Any,
     raise ValueError('an SFT step needs at least one micro-batch')
   acc = zero_accumulator(params)
   for mb in micro_batches:
-    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config)
-  params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
+    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh)
+  with setup_lib.mesh_context(mesh):
+    params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
   return params, opt_state, {k: float(v) for k, v in jax.device_get(out).items()}
 
 
@@ -318,11 +335,13 @@ def _nll_sums(params, batch, model_config):
 
 
 def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-                 model_config: qwen.QwenConfig) -> float:
+                 model_config: qwen.QwenConfig,
+                 mesh: jax.sharding.Mesh | None = None) -> float:
   """Mean over commands of each command's token-mean NLL (no gradient; dev loss)."""
   total, count = 0.0, 0.0
   for mb in micro_batches:
-    t, c = _nll_sums(params, _step_batch(mb), model_config)
+    with setup_lib.mesh_context(mesh):
+      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config)
     total += float(t)
     count += float(c)
   return total / max(count, 1.0)
@@ -405,13 +424,14 @@ def predict_commands(params: Any, model_config: qwen.QwenConfig,
                      records: Sequence[sft_data.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, batch_size: int,
                      sampling_config: policy.PolicySamplingConfig,
-                     rng: Any = 0) -> list[str]:
+                     rng: Any = 0, mesh: jax.sharding.Mesh | None = None) -> list[str]:
   """Greedy command text for each record's x_i through the RL sampler policy.
 
   Uses `rl.policy.SamplerPolicy(greedy=True)` (eval_temperature, SPEC §4: 0), i.e. the
   same prompt, stop tokens and decoding as rollout evaluation. Inputs are sorted by
   length and sent in batches of exactly `batch_size` rows, so generation compiles once
-  per prompt bucket.
+  per prompt bucket. With `mesh` (params placed on it) the sampler runs under its
+  sharding rules (`setup.generate_fn_for`).
 
   Returns:
     list[str] in record order (stop token removed, whitespace stripped).
@@ -420,7 +440,8 @@ def predict_commands(params: Any, model_config: qwen.QwenConfig,
     return []
   sampler = policy.SamplerPolicy(model_config, params, tokenizer,
                                  sampling_config=sampling_config, greedy=True,
-                                 batch_buckets=(batch_size,))
+                                 batch_buckets=(batch_size,),
+                                 generate_fn=setup_lib.generate_fn_for(mesh))
   order = sorted(range(len(records)), key=lambda i: len(records[i].policy_input))
   texts = [''] * len(records)
   key = jax.random.PRNGKey(rng) if isinstance(rng, (int, np.integer)) else rng
@@ -434,40 +455,14 @@ def predict_commands(params: Any, model_config: qwen.QwenConfig,
 
 
 # ----------------------------------------------------------------------------- config glue
-@functools.lru_cache(maxsize=4)
-def _tokenizer(path: str) -> tokenization.Tokenizer:
-  # Immutable once loaded; transformers makes loading take seconds.
-  return tokenization.load_tokenizer(path)
-
-
-def _tokenizer_path(config: ml_collections.ConfigDict) -> str:
-  path = config.tokenizer.path or config.model.hf_checkpoint
-  if not path:
-    raise ValueError('config.tokenizer.path: no tokenizer folder (set it, or '
-                     'config.model.hf_checkpoint whose folder holds the tokenizer)')
-  return str(path)
+# Shared with the RL trainer (train/setup.py); kept under the old name for callers.
+_tokenizer = setup_lib.load_tokenizer_cached
 
 
 def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
   names = {f.name for f in dataclasses.fields(ExecutorConfig)}
   values = {k: v for k, v in config.memory.to_dict().items() if k in names}
   return ExecutorConfig(**values, phase=config.episodes.op_space)
-
-
-def _model(config: ml_collections.ConfigDict, rng: jax.Array) -> tuple[qwen.QwenConfig,
-                                                                         Any]:
-  """(QwenConfig, params): the HF checkpoint when set, else a random-init preset."""
-  numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
-                  remat=config.model.remat)
-  if config.model.hf_checkpoint:
-    loaded_cfg, params = hf_io.load_hf_checkpoint(config.model.hf_checkpoint,
-                                                  dtype=config.model.param_dtype)
-    return loaded_cfg.replace(**numerics), params
-  try:
-    model_cfg = qwen.QwenConfig.preset(config.model.preset, **numerics)
-  except KeyError as e:
-    raise ValueError(f'config.model.preset: {e.args[0]}') from e
-  return model_cfg, qwen.init_params(model_cfg, rng)
 
 
 def _sft_data_config(config: ml_collections.ConfigDict) -> sft_data.SFTDataConfig:
@@ -502,15 +497,7 @@ def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 def _check_resume(meta: Mapping[str, Any], fingerprint: Mapping[str, Any],
                   directory: str) -> None:
-  old = (meta.get('metadata') or {}).get('fingerprint')
-  if old is None:
-    return
-  diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
-  if diff:
-    raise ValueError(
-        f'{directory} holds an SFT run with different settings ('
-        + ', '.join(f'{k}: {old.get(k)!r} -> {fingerprint.get(k)!r}' for k in diff)
-        + '); it cannot be resumed exactly. Use a fresh --workdir or the old values.')
+  setup_lib.check_resume(meta.get('metadata'), fingerprint, directory, what='an SFT run')
 
 
 def _completed_metrics(directory: str, fingerprint: Mapping[str, Any]) -> dict | None:
@@ -564,8 +551,12 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     done['wall_time_s'] = time.time() - t_start
     return done
 
+  # --- model config, tokenizer (checked against each other), mesh
+  model_cfg = setup_lib.model_config_from(config)
+  tok = setup_lib.load_tokenizer_for(config, model_cfg)
+  mesh = setup_lib.make_mesh_from(config)
+
   # --- data
-  tok = _tokenizer(_tokenizer_path(config))
   exec_cfg = _executor_config(config)
   bcfg = batching.BatchingConfig(**config.batching.to_dict())
   sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
@@ -616,8 +607,10 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
 
   # --- state
   init_key, rng = jax.random.split(jax.random.PRNGKey(seed))
-  model_cfg, params = _model(config, init_key)
-  opt_state = init_optimizer(params, opt=opt)
+  model_cfg, params = setup_lib.init_or_load_params(config, model_cfg, init_key, mesh)
+  # Sharded like the params (AdamW moments mirror them); the template below carries
+  # these shardings, so a restore lands on the same layout.
+  opt_state = setup_lib.init_opt_state(make_optimizer(opt).init, params, mesh)
   template = checkpoints.TrainState(step=0, params=params, opt_state=opt_state, rng=rng,
                                     data_position=position(0), metadata={})
   with checkpoints.PhaseCheckpointManager(
@@ -643,10 +636,10 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       preds = predict_commands(p, model_cfg, [e.record for e in dev], tok,
                                batch_size=bcfg.micro_batch_size,
                                sampling_config=sampling_cfg,
-                               rng=jax.random.fold_in(rng, 1))
+                               rng=jax.random.fold_in(rng, 1), mesh=mesh)
       out = dev_metrics([e.record for e in dev], preds, executor_config=exec_cfg,
                         count_tokens=tok.count_tokens)
-      out['dev_loss'] = command_loss(p, dev_batches, model_config=model_cfg)
+      out['dev_loss'] = command_loss(p, dev_batches, model_config=model_cfg, mesh=mesh)
       for e, text in list(zip(dev, preds))[:2]:
         logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
                      text[:120])
@@ -663,7 +656,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
         decisions = [train_decisions[i] for i in idx]
         mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
         params, opt_state, m = train_step(params, opt_state, mbs, model_config=model_cfg,
-                                          opt=opt)
+                                          opt=opt, mesh=mesh)
         m['lr'] = float(schedule(step))
         step += 1
         dt = time.time() - t0

@@ -1,0 +1,231 @@
+"""Tests for vermem_jax.train.setup: config glue, and the trainers' steps on an 8-device
+CPU mesh (data=2 x fsdp=2 x tensor=2) against a single device. The mesh part runs in a
+subprocess because the device count is fixed before jax is imported."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import ml_collections
+import numpy as np
+import pytest
+
+from vermem_jax.models import qwen
+from vermem_jax.train import setup
+
+_SCRIPT = textwrap.dedent("""
+    import json, tempfile
+    import jax, jax.numpy as jnp, numpy as np
+    from vermem_jax.models import qwen, sampling, sharding
+    from vermem_jax.rl import batching
+    from vermem_jax.train import checkpoints, rl_phase, setup, sft
+
+    assert jax.device_count() == 8, jax.devices()
+    cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, attention_bias=True,
+                          qk_norm=True, tie_word_embeddings=False,
+                          max_position_embeddings=512)
+    params = qwen.init_params(cfg, jax.random.PRNGKey(0))
+    params = jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), params)
+    ref = jax.tree.map(lambda x: x + 0.01 * jnp.sign(x), params)
+    rs = np.random.RandomState(0)
+    decisions = []
+    for i in range(8):
+      p, c = int(rs.randint(5, 30)), int(rs.randint(1, 8))
+      decisions.append(batching.DecisionTokens(
+          tuple(rs.randint(1, 256, p).tolist()), tuple(rs.randint(1, 256, c).tolist()),
+          tuple(rs.uniform(-6, -1, c).tolist()), float(rs.normal())))
+    # 4 rows per micro-batch: split 4 ways over ('data', 'fsdp').
+    bcfg = batching.BatchingConfig(micro_batch_size=4, length_buckets=(48,),
+                                   command_buckets=(8,))
+    mbs = batching.micro_batches(decisions, bcfg, pad_id=0)
+    mesh = sharding.make_mesh(2, 2, 2)
+    want = sharding.param_shardings(cfg, mesh)
+    def max_diff(a, b):
+      return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
+                 for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    def same_shardings(tree, shardings):
+      return all(x.sharding.is_equivalent_to(s, x.ndim)
+                 for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
+    out = {}
+
+    # (a) one SFT step
+    opt = sft.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0)
+    p1, s1, m1 = sft.train_step(params, sft.init_optimizer(params, opt=opt), mbs,
+                                model_config=cfg, opt=opt)
+    ps = sharding.shard_params(params, mesh)
+    ss = setup.init_opt_state(sft.make_optimizer(opt).init, ps, mesh)
+    mu = ss[1][0].mu
+    out['opt_sharded'] = same_shardings(mu, want)
+    out['opt_embed_shard'] = list(mu['embed_tokens']['embedding']
+                                  .addressable_shards[0].data.shape)
+    p2, s2, m2 = sft.train_step(ps, ss, mbs, model_config=cfg, opt=opt, mesh=mesh)
+    out['sft'] = {'loss': [m1['loss'], m2['loss']], 'param_diff': max_diff(p1, p2),
+                  'opt_diff': max_diff(s1, s2), 'moved': max_diff(p1, params),
+                  'params_sharded': same_shardings(p2, want),
+                  'opt_sharded': same_shardings(s2[1][0].mu, want)}
+
+    # (b) one GRPO learner update (KL to a different π_ref, learner θ_old)
+    ropt = rl_phase.RLOptimizerConfig(learning_rate=1e-3)
+    tx = rl_phase.make_optimizer(ropt)
+    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_phase.LossConfig(),
+              opt=ropt, pad_id=0)
+    q1, t1, n1 = rl_phase.learner_update(params, ref, tx.init(params), decisions, **kw)
+    refs = sharding.shard_params(ref, mesh)
+    q2, t2, n2 = rl_phase.learner_update(ps, refs, setup.init_opt_state(tx.init, ps, mesh),
+                                         decisions, mesh=mesh, **kw)
+    out['grpo'] = {k: [n1[k], n2[k]] for k in ('train/loss', 'train/kl',
+                                               'train/grad_norm')}
+    out['grpo'].update(param_diff=max_diff(q1, q2), opt_diff=max_diff(t1, t2),
+                       moved=max_diff(q1, params), params_sharded=same_shardings(q2, want))
+
+    # (c) checkpoint of the sharded SFT state restores into the sharded template
+    d = tempfile.mkdtemp()
+    with checkpoints.PhaseCheckpointManager(d) as mgr:
+      mgr.save(checkpoints.TrainState(step=1, params=p2, opt_state=s2,
+                                      rng=jax.random.PRNGKey(3)))
+    pa, oa = setup.abstract_train_state(cfg, sft.make_optimizer(opt).init, mesh)
+    with checkpoints.PhaseCheckpointManager(d) as mgr:
+      r = mgr.restore(checkpoints.TrainState(step=0, params=pa, opt_state=oa,
+                                             rng=jax.random.PRNGKey(0)))
+    out['ckpt'] = {'step': r.step, 'param_diff': max_diff(r.params, p2),
+                   'opt_diff': max_diff(r.opt_state, s2),
+                   'params_sharded': same_shardings(r.params, want),
+                   'opt_sharded': same_shardings(r.opt_state[1][0].mu, want)}
+    rp, _ = checkpoints.restore_params_only(d, pa)
+    out['ckpt']['params_only_sharded'] = same_shardings(rp, want)
+
+    # the trainers' sampler with FSDP/TP-sharded params under the mesh rules: greedy
+    # tokens equal the single-device ones (4 rows split over data x fsdp, and 2 rows)
+    prompts = [list(d.prompt_tokens) for d in decisions[:4]]
+    def gen(fn, p, rows):
+      return fn(cfg, p, rows, rng=0, max_new_tokens=6, temperature=0.0, top_p=1.0,
+                stop_token_ids=())
+    g1 = gen(sampling.generate, params, prompts)
+    g2 = gen(setup.generate_fn_for(mesh), ps, prompts)
+    h1 = gen(sampling.generate, params, prompts[:2])
+    h2 = gen(setup.generate_fn_for(mesh), ps, prompts[:2])
+    out['gen2_equal'] = bool(np.array_equal(h1.tokens, h2.tokens))
+    out['gen_equal'] = bool(np.array_equal(g1.tokens, g2.tokens))
+    out['gen_lp_diff'] = float(np.max(np.abs(np.asarray(g1.logprobs)
+                                             - np.asarray(g2.logprobs))))
+    print('RESULT', json.dumps(out))
+""")
+
+
+@pytest.fixture(scope='module')
+def mesh_result():
+  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             JAX_PLATFORMS='cpu')
+  proc = subprocess.run([sys.executable, '-c', _SCRIPT], env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  line = [l for l in proc.stdout.splitlines() if l.startswith('RESULT ')][-1]
+  return json.loads(line[len('RESULT '):])
+
+
+def test_sft_step_on_mesh_matches_single_device(mesh_result):
+  r = mesh_result['sft']
+  assert r['loss'][0] == pytest.approx(r['loss'][1], abs=1e-5)
+  assert r['moved'] > 1e-4  # the step really changed the params (Adam: ~lr 1e-3)
+  assert r['param_diff'] <= 1e-5 and r['opt_diff'] <= 1e-5
+  assert r['params_sharded'] and r['opt_sharded']
+
+
+def test_optimizer_state_is_sharded_like_the_params(mesh_result):
+  assert mesh_result['opt_sharded']
+  # embedding [256, 64] as ('tensor', 'fsdp') on 2 x 2: each device holds 128 x 32
+  assert mesh_result['opt_embed_shard'] == [128, 32]
+
+
+def test_grpo_update_on_mesh_matches_single_device(mesh_result):
+  r = mesh_result['grpo']
+  for key in ('train/loss', 'train/kl', 'train/grad_norm'):
+    assert r[key][0] == pytest.approx(r[key][1], abs=1e-5, rel=1e-5), key
+  assert r['train/kl'][0] > 0
+  assert r['moved'] > 1e-5
+  assert r['param_diff'] <= 1e-5 and r['opt_diff'] <= 1e-5
+  assert r['params_sharded']
+
+
+def test_sharded_checkpoint_restores_into_sharded_template(mesh_result):
+  r = mesh_result['ckpt']
+  assert r['step'] == 1
+  assert r['param_diff'] == 0.0 and r['opt_diff'] == 0.0
+  assert r['params_sharded'] and r['opt_sharded'] and r['params_only_sharded']
+
+
+def test_sampler_with_sharded_params_matches_single_device(mesh_result):
+  assert mesh_result['gen_equal'] and mesh_result['gen2_equal']
+  assert mesh_result['gen_lp_diff'] <= 1e-5
+
+
+def _config(**model):
+  c = ml_collections.ConfigDict()
+  c.model = ml_collections.ConfigDict(dict(
+      preset='tiny', hf_checkpoint=None, dtype='float32', param_dtype='float32',
+      remat=False, mesh_data=-1, mesh_fsdp=1, mesh_tensor=1))
+  c.model.update(model)
+  c.tokenizer = ml_collections.ConfigDict(dict(path=None))
+  return c
+
+
+def test_mesh_shape_from_config():
+  assert setup.mesh_shape_from(_config(), 8) == (8, 1, 1)
+  assert setup.mesh_shape_from(_config(mesh_fsdp=2, mesh_tensor=2), 8) == (2, 2, 2)
+  assert setup.mesh_shape_from(_config(mesh_data=1, mesh_fsdp=8), 8) == (1, 8, 1)
+  with pytest.raises(ValueError, match='mesh_fsdp'):
+    setup.mesh_shape_from(_config(mesh_fsdp=3), 8)
+  with pytest.raises(ValueError, match='must equal the 8 devices'):
+    setup.mesh_shape_from(_config(mesh_data=2, mesh_fsdp=2), 8)
+  with pytest.raises(ValueError, match='>= 1'):
+    setup.mesh_shape_from(_config(mesh_tensor=0), 8)
+
+
+def test_model_config_and_tokenizer_checks(qwen25_tokenizer_dir):
+  c = _config()
+  assert setup.model_config_from(c) == qwen.QwenConfig.preset('tiny', dtype='float32',
+                                                              param_dtype='float32',
+                                                              remat=False)
+  with pytest.raises(ValueError, match='config.tokenizer.path'):
+    setup.tokenizer_path(c)
+  c.model.preset = 'no-such-model'
+  with pytest.raises(ValueError, match='config.model.preset'):
+    setup.model_config_from(c)
+  c = _config()
+  c.tokenizer.path = str(qwen25_tokenizer_dir)
+  tok = setup.load_tokenizer_for(c, setup.model_config_from(c))
+  assert tok.vocab_size <= 151936
+  small = qwen.QwenConfig.preset('tiny').replace(vocab_size=1000)
+  with pytest.raises(ValueError, match=r'config.tokenizer.path: .*1000'):
+    setup.load_tokenizer_for(c, small)
+
+
+def test_opt_state_shardings_follow_param_paths():
+  """Leaves at a parameter's dict path and shape take its sharding; the rest replicate."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import optax  # pylint: disable=g-import-not-at-top
+  from vermem_jax.models import sharding  # pylint: disable=g-import-not-at-top
+  mesh = sharding.make_mesh(data=jax.device_count())
+  params = {'a': {'kernel': np.zeros((4, 2), np.float32)}, 'b': np.zeros(3, np.float32)}
+  marks = {'a': {'kernel': 'K'}, 'b': 'B'}
+  shapes = jax.eval_shape(optax.adam(1e-3).init, params)
+  out = setup.opt_state_shardings(shapes, params, marks, mesh)
+  assert out[0].mu == marks and out[0].nu == marks
+  assert out[0].count == setup.replicated(mesh)
+
+
+def test_rl_setup_preflights_the_http_verifier(monkeypatch):
+  """An unreachable OpenAI-compatible verifier stops the phase before any rollout
+  (scoring alone would turn every score into the fallback)."""
+  from experiments.configs import common  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('VERMEM_VERIFIER_API_KEY', 'test-key')
+  c = common.get_config('phase_b')
+  c.verifier.backend = 'openai_compatible'
+  c.verifier.base_url = 'http://127.0.0.1:9/v1'  # discard port: connection refused
+  c.verifier.timeout_s = 2.0
+  with pytest.raises(ValueError, match=r'verifier endpoint check failed.*127\.0\.0\.1:9'):
+    rl_phase.build_setup(c)

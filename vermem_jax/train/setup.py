@@ -1,0 +1,312 @@
+"""Glue both trainers share: policy config, tokenizer, device mesh and sharded state.
+
+Everything here reads the experiment `ml_collections.ConfigDict` (sections `model`,
+`tokenizer`; experiments/configs/common.py) and returns library objects:
+
+  model_config_from(config)        -> models.QwenConfig (HF folder or preset)
+  load_tokenizer_for(config)       -> tokenization.Tokenizer, checked against the model
+  make_mesh_from(config)           -> ('data', 'fsdp', 'tensor') Mesh (models/sharding.py)
+  init_or_load_params(config, model_cfg, rng, mesh) -> params placed on the mesh
+  opt_state_shardings / init_opt_state -> optimizer state sharded like the params
+  abstract_like(shapes, shardings) -> ShapeDtypeStructs carrying shardings (Orbax
+                                      restore templates)
+  shard_batch(batch, mesh)         -> learner batch split over ('data', 'fsdp') rows
+  zeros_like_params(params)        -> float32 accumulators with the params' shardings
+  generate_fn_for(mesh)            -> the sampler under the mesh's sharding rules
+  check_resume(metadata, fingerprint, directory) -> refuses a resume with other settings
+
+Sharding scheme (models/sharding.py). Parameters follow the logical-axis rules (FSDP
+over 'embed', tensor parallelism over heads / MLP / vocabulary). Optimizer-state leaves
+mirror the parameter tree (optax AdamW's mu / nu), so each leaf whose trailing dict
+path and shape equal a parameter's gets that parameter's sharding; everything else
+(step counts) is replicated. Learner batches shard their leading (row) axis over
+('data', 'fsdp') when the row count divides, else they are replicated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Mapping
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from vermem_jax import tokenization
+from vermem_jax.models import hf_io
+from vermem_jax.models import qwen
+from vermem_jax.models import sampling
+from vermem_jax.models import sharding as sharding_lib
+
+# Mesh axes the learner batch's row dimension is split over (data parallelism).
+BATCH_AXES = ('data', 'fsdp')
+
+
+def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
+  """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`,
+  with `model.dtype` / `param_dtype` / `remat` applied.
+
+  Raises:
+    ValueError: unknown preset or unreadable checkpoint config (names the field).
+  """
+  numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
+                  remat=config.model.remat)
+  if config.model.hf_checkpoint:
+    try:
+      return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
+    except (OSError, ValueError, KeyError) as e:
+      raise ValueError(f'config.model.hf_checkpoint: {e}') from e
+  try:
+    return qwen.QwenConfig.preset(config.model.preset, **numerics)
+  except KeyError as e:
+    raise ValueError(f'config.model.preset: {e.args[0]}') from e
+
+
+def tokenizer_path(config: ml_collections.ConfigDict) -> str:
+  """`tokenizer.path`, else the `model.hf_checkpoint` folder (which holds one).
+
+  Raises:
+    ValueError: neither is set.
+  """
+  path = config.tokenizer.path or config.model.hf_checkpoint
+  if not path:
+    raise ValueError('config.tokenizer.path: no tokenizer folder (set it, or '
+                     'config.model.hf_checkpoint whose folder holds the tokenizer)')
+  return str(path)
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer_cached(path: str) -> tokenization.Tokenizer:
+  """`tokenization.load_tokenizer(path)`, cached: tokenizers are immutable once loaded
+  and transformers makes loading take seconds."""
+  return tokenization.load_tokenizer(path)
+
+
+def load_tokenizer_for(config: ml_collections.ConfigDict,
+                       model_config: qwen.QwenConfig | None = None
+                       ) -> tokenization.Tokenizer:
+  """The run's tokenizer (cached per folder), checked against the policy model.
+
+  Args:
+    config: experiment config (`tokenizer.path` / `model.hf_checkpoint`).
+    model_config: the policy's QwenConfig; when given,
+      `tokenization.check_tokenizer_model_compat` runs (an id past the embedding table
+      would be silently clamped by JAX gathers).
+  Raises:
+    ValueError: `config.tokenizer.path: ...` for a missing/unreadable folder or a
+      tokenizer whose ids do not fit the model's vocab_size.
+  """
+  path = tokenizer_path(config)
+  try:
+    tok = load_tokenizer_cached(path)
+  except (OSError, ValueError) as e:
+    raise ValueError(f'config.tokenizer.path: {e}') from e
+  if model_config is not None:
+    check_tokenizer_fits(tok, model_config, field='config.tokenizer.path')
+  return tok
+
+
+def check_tokenizer_fits(tok: tokenization.Tokenizer, model_config: qwen.QwenConfig, *,
+                         field: str) -> None:
+  """`tokenization.check_tokenizer_model_compat` with the config field in the error."""
+  try:
+    tokenization.check_tokenizer_model_compat(tok, model_config)
+  except ValueError as e:
+    raise ValueError(f'{field}: {e}') from e
+
+
+def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, Any],
+                 directory: str, *, what: str = 'a run') -> None:
+  """Refuses to resume a checkpoint whose stored trajectory fingerprint differs.
+
+  Args:
+    metadata: the checkpoint's free metadata (`TrainState.metadata`); its
+      'fingerprint' entry is compared (absent = nothing to check).
+    fingerprint: the current config's trajectory fingerprint (JSON dict).
+    directory: the phase directory (named in the error).
+    what: how the error names the stored run ('an SFT run', 'a run').
+  Raises:
+    ValueError: listing every differing key as `key: old -> new`.
+  """
+  old = (metadata or {}).get('fingerprint')
+  if old is None:
+    return
+  diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
+  if diff:
+    raise ValueError(
+        f'{directory} holds {what} with different settings ('
+        + ', '.join(f'{k}: {old.get(k)!r} -> {fingerprint.get(k)!r}' for k in diff)
+        + '); it cannot be resumed exactly. Use a fresh --workdir or the old values.')
+
+
+# ----------------------------------------------------------------------------- mesh
+def mesh_shape_from(config: ml_collections.ConfigDict,
+                    num_devices: int | None = None) -> tuple[int, int, int]:
+  """(data, fsdp, tensor) from `model.mesh_data/mesh_fsdp/mesh_tensor`; data = -1 takes
+  all devices fsdp * tensor leave.
+
+  Raises:
+    ValueError: naming the field when the sizes are not positive or do not multiply to
+      the device count.
+  """
+  n = jax.device_count() if num_devices is None else int(num_devices)
+  m = config.model
+  data = int(m.get('mesh_data', -1))
+  fsdp = int(m.get('mesh_fsdp', 1))
+  tensor = int(m.get('mesh_tensor', 1))
+  if fsdp < 1 or tensor < 1:
+    raise ValueError(f'config.model.mesh_fsdp / mesh_tensor must be >= 1, got {fsdp}, '
+                     f'{tensor}')
+  if data == -1:
+    if n % (fsdp * tensor):
+      raise ValueError(f'config.model.mesh_fsdp * mesh_tensor = {fsdp * tensor} does not '
+                       f'divide the {n} devices')
+    data = n // (fsdp * tensor)
+  if data < 1 or data * fsdp * tensor != n:
+    raise ValueError(f'config.model.mesh_data * mesh_fsdp * mesh_tensor = {data} * '
+                     f'{fsdp} * {tensor} must equal the {n} devices (mesh_data=-1 takes '
+                     'the rest)')
+  return data, fsdp, tensor
+
+
+def make_mesh_from(config: ml_collections.ConfigDict) -> Mesh:
+  """The ('data', 'fsdp', 'tensor') mesh over all devices (`mesh_shape_from`)."""
+  return sharding_lib.make_mesh(*mesh_shape_from(config))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  """A fully replicated sharding on `mesh`."""
+  return NamedSharding(mesh, PartitionSpec())
+
+
+# ----------------------------------------------------------------------------- params
+def init_or_load_params(config: ml_collections.ConfigDict, model_config: qwen.QwenConfig,
+                        rng: jax.Array, mesh: Mesh) -> tuple[qwen.QwenConfig, Any]:
+  """(QwenConfig, params on `mesh`): `model.hf_checkpoint` when set (each device reads
+  only its slice), else a random init of `model_config` created directly sharded.
+
+  Returns the checkpoint's own config (numerics of `model_config` applied) when loading,
+  so it equals `model_config_from(config)`.
+  """
+  if config.model.hf_checkpoint:
+    loaded_cfg, params = hf_io.load_hf_checkpoint(
+        config.model.hf_checkpoint, dtype=config.model.param_dtype, mesh=mesh)
+    return loaded_cfg.replace(dtype=model_config.dtype, param_dtype=model_config.param_dtype,
+                              remat=model_config.remat), params
+  shardings = sharding_lib.param_shardings(model_config, mesh)
+  init = jax.jit(functools.partial(qwen.init_params, model_config),
+                 out_shardings=shardings)
+  return model_config, init(rng)
+
+
+def _dict_path(path: tuple) -> tuple[str, ...]:
+  """The trailing run of dict keys of a tree path (the parameter-tree part)."""
+  keys = []
+  for entry in reversed(path):
+    if isinstance(entry, jax.tree_util.DictKey):
+      keys.append(str(entry.key))
+    else:
+      break
+  return tuple(reversed(keys))
+
+
+def opt_state_shardings(opt_state_shapes: Any, param_shapes: Any, param_shard: Any,
+                        mesh: Mesh) -> Any:
+  """Shardings for an optax state: a leaf at a parameter's path (and shape) gets that
+  parameter's sharding, other leaves (counts, empty states) are replicated.
+
+  Args:
+    opt_state_shapes: `jax.eval_shape(tx.init, params)`.
+    param_shapes: the parameter tree (arrays or ShapeDtypeStructs).
+    param_shard: matching tree of NamedSharding.
+    mesh: the mesh.
+  """
+  by_path = {}
+  for (path, leaf), sh in zip(jax.tree_util.tree_flatten_with_path(param_shapes)[0],
+                              jax.tree.leaves(param_shard)):
+    by_path[_dict_path(path)] = (tuple(leaf.shape), sh)
+  rep = replicated(mesh)
+
+  def one(path, leaf):
+    hit = by_path.get(_dict_path(path))
+    if hit is not None and hit[0] == tuple(leaf.shape):
+      return hit[1]
+    return rep
+  return jax.tree_util.tree_map_with_path(one, opt_state_shapes)
+
+
+def init_opt_state(init_fn: Callable[[Any], Any], params: Any, mesh: Mesh) -> Any:
+  """`init_fn(params)` as one jitted program whose outputs are sharded like the params
+  (`opt_state_shardings`), so no device ever holds the whole AdamW state."""
+  shapes = jax.eval_shape(init_fn, params)
+  out = opt_state_shardings(shapes, params, jax.tree.map(lambda p: p.sharding, params),
+                            mesh)
+  return jax.jit(init_fn, out_shardings=out)(params)
+
+
+def abstract_like(shapes: Any, shardings: Any) -> Any:
+  """ShapeDtypeStructs of `shapes` carrying `shardings` (an Orbax restore template)."""
+  return jax.tree.map(lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+                      shapes, shardings)
+
+
+def abstract_train_state(model_config: qwen.QwenConfig, init_fn: Callable[[Any], Any],
+                         mesh: Mesh) -> tuple[Any, Any]:
+  """(abstract params, abstract optimizer state) with their shardings; nothing is
+  allocated. Restore templates for `checkpoints.PhaseCheckpointManager`."""
+  p_shapes = jax.eval_shape(functools.partial(qwen.init_params, model_config),
+                            jax.random.PRNGKey(0))
+  p_shard = sharding_lib.param_shardings(model_config, mesh)
+  o_shapes = jax.eval_shape(init_fn, p_shapes)
+  o_shard = opt_state_shardings(o_shapes, p_shapes, p_shard, mesh)
+  return abstract_like(p_shapes, p_shard), abstract_like(o_shapes, o_shard)
+
+
+def zeros_like_params(params: Any, dtype: Any = jnp.float32) -> Any:
+  """Zeros shaped and sharded like each parameter (gradient accumulators)."""
+  return jax.tree.map(
+      lambda p: jnp.zeros(p.shape, dtype, device=getattr(p, 'sharding', None)), params)
+
+
+# ----------------------------------------------------------------------------- batches
+def batch_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
+  """Rows over ('data', 'fsdp') when they divide evenly, else replicated."""
+  size = int(np.prod([mesh.shape[a] for a in BATCH_AXES]))
+  if shape and shape[0] % size == 0:
+    return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+  return replicated(mesh)
+
+
+def shard_batch(batch: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
+  """Places each array of a learner batch ([B, ...]) with `batch_sharding`."""
+  return {k: jax.device_put(v, batch_sharding(mesh, np.shape(v)))
+          for k, v in batch.items()}
+
+
+def mesh_context(mesh: Mesh | None):
+  """`sharding.use_sharding(mesh)` (activation constraints bind to the mesh), or a
+  no-op context without a mesh (single-device callers and tests)."""
+  if mesh is None:
+    return contextlib.nullcontext()
+  return sharding_lib.use_sharding(mesh)
+
+
+def place_batch(batch: Mapping[str, Any], mesh: Mesh | None) -> Mapping[str, Any]:
+  """`shard_batch(batch, mesh)`, or `batch` unchanged without a mesh."""
+  return batch if mesh is None else shard_batch(batch, mesh)
+
+
+def generate_fn_for(mesh: Mesh | None) -> Callable[..., sampling.GenerationOutput]:
+  """`models.sampling.generate`, run under `use_sharding(mesh)` when a mesh is given,
+  so the sampler's activations follow the same rules as the learner's (batch rows over
+  ('data', 'fsdp') where they divide; `rl.policy.SamplerPolicy(generate_fn=...)`)."""
+  if mesh is None:
+    return sampling.generate
+
+  def generate(*args, **kwargs):
+    with sharding_lib.use_sharding(mesh):
+      return sampling.generate(*args, **kwargs)
+  return generate
