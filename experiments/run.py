@@ -15,13 +15,20 @@ events, advantages.jsonl). A phase starts from the previous phase's parameters, 
 needs that phase to be complete (`<workdir>/<prev>/phase_complete.json`, written here
 when a phase's trainer returns). At the tiny scale missing phases are run first (and the
 log says so); at paper scale the command stops and prints the command that makes the
-missing checkpoint. A phase with checkpoints of its own resumes from the newest one.
+missing checkpoint (with this command's `--config.*` flags). A phase with checkpoints of
+its own resumes from the newest one. While a phase runs, this process holds an exclusive
+lock on `<workdir>/<phase>/.lock`; a second run of that phase in the same workdir stops
+with exit status 2. `--dry_run` writes nothing and reports config problems as warnings.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import pathlib
+import shlex
+import shutil
 import sys
 from typing import Any, Callable, Sequence
 
@@ -53,6 +60,10 @@ _DRY_RUN = flags.DEFINE_bool(
 
 class MissingPrerequisiteError(RuntimeError):
   """A phase needs a previous phase's checkpoint that the workdir does not hold."""
+
+
+class PhaseLockedError(RuntimeError):
+  """Another process is running the same phase in the same workdir."""
 
 
 # ----------------------------------------------------------------------------- configs
@@ -122,6 +133,29 @@ def _override_path(arg: str) -> str | None:
     if arg.startswith(prefix):
       return arg[len(prefix):].partition('=')[0]
   return None
+
+
+def config_override_args(argv: Sequence[str]) -> list[tuple[str, str]]:
+  """The `--config.<field>` flags in argv, as (field path, flag text) pairs in order.
+
+  `--config.seed 1` (value as the next argument) becomes ('seed', '--config.seed=1'),
+  so every flag text is one shell word that reproduces the override.
+  """
+  out = []
+  i = 1
+  while i < len(argv):
+    a = argv[i]
+    if a == '--':
+      break
+    path = _override_path(a)
+    if path:
+      text = '--' + a.lstrip('-')
+      if '=' not in a and i + 1 < len(argv) and not argv[i + 1].startswith('-'):
+        text += '=' + argv[i + 1]
+        i += 1
+      out.append((path, text))
+    i += 1
+  return out
 
 
 def check_config_argv(argv: Sequence[str]) -> None:
@@ -217,12 +251,27 @@ def _leaves(cfg: Any, prefix: str = '') -> dict[str, Any]:
   return out
 
 
-def config_overrides(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Fields of `config` that differ from its phase/scale defaults (the CLI overrides)."""
+def config_overrides(config: ml_collections.ConfigDict,
+                     override_paths: Sequence[str] | None = None) -> dict[str, Any]:
+  """The overridden fields of `config` -> their values.
+
+  With `override_paths` (the `--config.<field>` flags the user passed): exactly those
+  fields, even where a value equals the default. Without (a config edited in code): the
+  fields that differ from the phase/scale defaults, leaving out fields derived from
+  others (bucket fields, the tiny tokenizer path) whose value is still the derived one.
+  """
+  leaves = _leaves(config)
+  if override_paths is not None:
+    return {p: leaves[p] for p in dict.fromkeys(override_paths) if p in leaves}
   default = common.get_config(config.phase, f'scale={config.scale}')
   base = _leaves(default)
-  return {k: v for k, v in _leaves(config).items()
-          if k != 'phase' and (k not in base or base[k] != v)}
+  derived = dict(common.derived_buckets(config))
+  if config.scale == 'tiny':
+    derived['tokenizer.path'] = common.paths.tokenizer_dir(config.tokenizer.name,
+                                                           config.data.data_dir)
+  return {k: v for k, v in leaves.items()
+          if k != 'phase' and (k not in base or base[k] != v)
+          and not (k in derived and derived[k] == v)}
 
 
 def phase_config(phase: str, scale: str,
@@ -274,13 +323,54 @@ def phase_is_complete(workdir: str, phase: str) -> bool:
           checkpoints.has_checkpoint(d))
 
 
-def command_for(phase: str, scale: str, workdir: str) -> str:
-  """The command line that runs `phase` at `scale` into `workdir`."""
+def command_for(phase: str, scale: str, workdir: str,
+                override_args: Sequence[str] = ()) -> str:
+  """The command line that runs `phase` at `scale` into `workdir`, with this command's
+  `--config.<field>=...` flags (`override_args`, shell-quoted) so it can be pasted."""
   arg = '' if scale == 'tiny' else f':scale={scale}'
-  return f'python experiments/run.py --config={phase}.py{arg} --workdir={workdir}'
+  words = [f'--config={phase}.py{arg}', *override_args, f'--workdir={workdir}']
+  return 'python experiments/run.py ' + ' '.join(shlex.quote(w) for w in words)
 
 
-def plan_phases(phase: str, workdir: str, scale: str) -> list[str]:
+@contextlib.contextmanager
+def phase_lock(workdir: str, phase: str):
+  """Holds an exclusive, non-blocking `fcntl.flock` on `<workdir>/<phase>/.lock`.
+
+  Two runs writing one phase's checkpoints and metrics.jsonl would clobber each other.
+  The lock dies with its process, so a lock file left by a killed run does not block.
+  Creates the phase folder; if the phase leaves it holding only the lock file (it
+  failed before writing anything), the folder is removed again.
+
+  Raises:
+    PhaseLockedError: another process holds the lock (names the folder and workdir).
+  """
+  d = _phase_dir(workdir, phase)
+  os.makedirs(d, exist_ok=True)
+  lock_path = os.path.join(d, '.lock')
+  fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+  try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except BlockingIOError:
+    os.close(fd)
+    raise PhaseLockedError(
+        f'another run holds {lock_path}: it is running {phase} in workdir {workdir}. '
+        'Wait for it to finish, or pass a different --workdir') from None
+  try:
+    os.ftruncate(fd, 0)
+    os.write(fd, f'{os.getpid()}\n'.encode())
+    yield lock_path
+  finally:
+    try:
+      if os.listdir(d) == ['.lock']:
+        os.unlink(lock_path)
+        os.rmdir(d)
+    except OSError:
+      pass
+    os.close(fd)  # releases the flock
+
+
+def plan_phases(phase: str, workdir: str, scale: str,
+                override_args: Sequence[str] = ()) -> list[str]:
   """Phases to run, in order, to produce `phase` (SPEC §4 curriculum).
 
   At the tiny scale, every incomplete phase before `phase` back to the last complete one
@@ -303,34 +393,79 @@ def plan_phases(phase: str, workdir: str, scale: str) -> list[str]:
     raise MissingPrerequisiteError(
         f'{phase} starts from the {prev} parameters, but {_phase_dir(workdir, prev)} '
         f'holds no completed {prev} checkpoint. Make it first with:\n  '
-        f'{command_for(prev, scale, workdir)}')
+        f'{command_for(prev, scale, workdir, override_args)}')
   return needed + [phase]
 
 
+def _dry_run(config: ml_collections.ConfigDict, workdir: str,
+             overrides: dict[str, Any], override_args: Sequence[str]) -> list[str]:
+  """Prints the config, overrides and plan; validation problems become warnings (so a
+  paper config without its checkpoint still prints). Writes nothing."""
+  problems = []
+  checks = [False] + ([True] if config.scale == 'tiny' else [])
+  for check_paths in checks:  # tiny: also the data / tokenizer folders
+    try:
+      common.validate_config(config, check_paths=check_paths)
+    except ValueError as e:
+      if str(e) not in problems:
+        problems.append(str(e))
+      break
+  plan = plan_phases(config.phase, workdir, config.scale, override_args)
+  for path, value in sorted(_leaves(config).items()):
+    print(f'config.{path} = {value!r}')
+  print(f'workdir: {workdir}')
+  print(f'overrides: {overrides}')
+  print('plan: ' + ' -> '.join(plan))
+  sys.stdout.flush()
+  for problem in problems:
+    print(f'warning: {problem} (a real run stops here)', file=sys.stderr)
+  return plan
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, *,
-        dry_run: bool = False) -> list[str]:
+        dry_run: bool = False,
+        override_args: Sequence[tuple[str, str]] | None = None) -> list[str]:
   """Validates `config`, plans and runs the phases; returns the phases run (or planned).
 
+  Args:
+    config: the phase config (with the command line's overrides applied).
+    workdir: run directory; one sub-directory per phase.
+    dry_run: print the config and plan (validation problems as warnings) and return.
+    override_args: the command line's `--config.<field>` flags as (field path, flag
+      text) pairs (`config_override_args`); they are the overrides applied to earlier
+      phases and repeated in printed commands. None: the fields differing from the
+      defaults (for configs edited in code).
+
   Raises:
-    ValueError: a bad config field; MissingPrerequisiteError: see plan_phases.
+    ValueError: a bad config field; MissingPrerequisiteError: see plan_phases;
+    PhaseLockedError: another run is writing a phase of this workdir.
   """
-  common.validate_config(config, check_paths=not dry_run)
   workdir = os.path.abspath(os.path.expanduser(workdir))
-  plan = plan_phases(config.phase, workdir, config.scale)
-  if not dry_run:
-    check_workdir_writable(workdir)
-    # Overrides apply to every phase, so one check covers the tokenizer/model pair.
-    common.check_tokenizer_fits_model(config)
-    if any(p != 'sft' for p in plan):
-      check_verifier_endpoint(config)
-  overrides = config_overrides(config)
+  flag_texts = [text for _, text in override_args or ()]
+  overrides = config_overrides(
+      config, None if override_args is None else [p for p, _ in override_args])
   if dry_run:
-    for path, value in sorted(_leaves(config).items()):
-      print(f'config.{path} = {value!r}')
-    print(f'workdir: {workdir}')
-    print(f'overrides: {overrides}')
-    print('plan: ' + ' -> '.join(plan))
-    return plan
+    return _dry_run(config, workdir, overrides, flag_texts)
+  common.validate_config(config, check_paths=True)
+  plan = plan_phases(config.phase, workdir, config.scale, flag_texts)
+  created = not os.path.exists(workdir)
+  check_workdir_writable(workdir)
+  try:
+    _run_plan(config, workdir, plan, overrides)
+  except BaseException:
+    if created:  # a run that failed before writing anything leaves no empty folder
+      with contextlib.suppress(OSError):
+        os.rmdir(workdir)
+    raise
+  return plan
+
+
+def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
+              overrides: dict[str, Any]) -> None:
+  # Overrides apply to every phase, so one check covers the tokenizer/model pair.
+  common.check_tokenizer_fits_model(config)
+  if any(p != 'sft' for p in plan):
+    check_verifier_endpoint(config)
   if len(plan) > 1:
     logging.warning('%s needs %s, which has no completed checkpoint in %s: running %s '
                     'first (tiny scale)', config.phase, common.PREVIOUS_PHASE[config.phase],
@@ -340,16 +475,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
     cfg = config if phase == config.phase else phase_config(phase, config.scale,
                                                             overrides)
     common.validate_config(cfg, check_paths=True)
-    logging.info('running %s into %s', phase, _phase_dir(workdir, phase))
-    PHASE_RUNNERS[phase](cfg, workdir)
     d = _phase_dir(workdir, phase)
-    with checkpoints.PhaseCheckpointManager(d) as mgr:
-      step = mgr.latest_step()
-    if step is None:
-      raise RuntimeError(f'{phase} finished without a checkpoint in {d}')
-    checkpoints.mark_phase_complete(d, step, {'phase': phase, 'scale': config.scale})
+    with phase_lock(workdir, phase):
+      logging.info('running %s into %s', phase, d)
+      PHASE_RUNNERS[phase](cfg, workdir)
+      with checkpoints.PhaseCheckpointManager(d) as mgr:
+        step = mgr.latest_step()
+      if step is None:
+        raise RuntimeError(f'{phase} finished without a checkpoint in {d}')
+      checkpoints.mark_phase_complete(d, step, {'phase': phase, 'scale': config.scale})
     logging.info('%s complete at step %d', phase, step)
-  return plan
 
 
 class _QuietLibraryInfo:
@@ -374,9 +509,11 @@ def main(argv: Sequence[str]) -> None:
   workdir = _WORKDIR.value or config.workdir
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
   try:
-    run(config, workdir, dry_run=_DRY_RUN.value)
-  except (ValueError, OSError, MissingPrerequisiteError,
-          checkpoints.CheckpointError) as e:
+    run(config, workdir, dry_run=_DRY_RUN.value,
+        override_args=config_override_args(sys.argv))
+  except (ValueError, OSError, ImportError, MissingPrerequisiteError,
+          PhaseLockedError, checkpoints.CheckpointError) as e:
+    # ImportError: an optional package a config choice needs (data.source='hf').
     # Bad input (config, data file, checkpoint, path): the message names it; the
     # traceback is for `-v 1`. What earlier phases saved stays in the workdir.
     logging.debug('error traceback', exc_info=True)

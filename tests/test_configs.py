@@ -461,3 +461,37 @@ def test_check_paths_names_missing_solver_and_verifier_checkpoints(tmp_path):
     common.validate_config(c, check_paths=True)
   c.verifier.checkpoint_path = ''  # random-init verifier (tests): allowed
   common.validate_config(c, check_paths=True)
+
+
+def test_tiny_tokenizer_path_follows_data_dir_and_name(tmp_path):
+  """`--config.data.data_dir=/elsewhere` (what the data-dir error suggests) moves the
+  tokenizer too; an explicit tokenizer.path wins; paper scale keeps None."""
+  c = common.get_config('phase_a')
+  c.data.data_dir = str(tmp_path)
+  assert c.tokenizer.path == os.path.join(str(tmp_path), 'tokenizers', 'qwen2.5')
+  c.tokenizer.name = 'qwen3'
+  assert c.tokenizer.path == os.path.join(str(tmp_path), 'tokenizers', 'qwen3')
+  assert c.to_dict()['tokenizer']['path'] == c.tokenizer.path
+  c.tokenizer.path = '/my/tok'
+  c.data.data_dir = '/other'
+  assert c.tokenizer.path == '/my/tok'
+  assert common.get_config('phase_a', 'scale=paper').tokenizer.path is None
+
+
+def test_tiny_tokenizer_path_follows_data_dir_on_command_line(tmp_path, data_dir):
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  other = tmp_path / 'elsewhere'  # a second data root (links, not copies)
+  other.mkdir()
+  for name in ('hotpotqa', 'tokenizers'):
+    os.symlink(os.path.join(data_dir, name), other / name)
+  repo = pathlib.Path(__file__).resolve().parent.parent
+  res = subprocess.run(
+      [sys.executable, str(repo / 'experiments' / 'run.py'), '--config=sft',
+       f'--config.data.data_dir={other}', f'--workdir={tmp_path / "wd"}', '--dry_run'],
+      capture_output=True, text=True, timeout=120,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert res.returncode == 0, res.stderr
+  assert f"config.tokenizer.path = '{other}/tokenizers/qwen2.5'" in res.stdout
+  assert 'warning' not in res.stderr  # the moved tokenizer passes the path checks

@@ -279,3 +279,176 @@ def test_unreachable_verifier_fails_before_any_phase(tmp_path, monkeypatch):
                      'which is unset'):
     run_cli.run(config, str(tmp_path))
   assert calls == []
+
+
+def test_config_override_args_keeps_every_flag_as_one_word():
+  argv = ['run.py', '--config=x.py', '--config.seed', '42', '--workdir=w',
+          '--config.data.hotpotqa_dir=/my data', '-config.rl.learning_rate=3e-6', '--dry_run']
+  assert run_cli.config_override_args(argv) == [
+      ('seed', '--config.seed=42'), ('data.hotpotqa_dir', '--config.data.hotpotqa_dir=/my data'),
+      ('rl.learning_rate', '--config.rl.learning_rate=3e-6')]
+
+
+def test_missing_prerequisite_command_carries_quoted_overrides(tmp_path):
+  """Item: the printed paper-scale command dropped the user's --config.* flags."""
+  flags_ = ['--config.model.hf_checkpoint=/ckpt/Qwen 7B', '--config.seed=43']
+  with pytest.raises(run_cli.MissingPrerequisiteError) as e:
+    run_cli.plan_phases('phase_b', str(tmp_path), 'paper', flags_)
+  assert (f"python experiments/run.py --config=phase_a.py:scale=paper "
+          f"'--config.model.hf_checkpoint=/ckpt/Qwen 7B' --config.seed=43 "
+          f"--workdir={tmp_path}") in str(e.value)
+  # The printed command parses back to the same words (pasteable in a shell).
+  import shlex
+  cmd = str(e.value).splitlines()[-1].strip()
+  assert shlex.split(cmd)[3:5] == flags_
+
+
+def test_cli_paper_prerequisite_command_includes_overrides(tmp_path):
+  ckpt = tmp_path / 'my ckpt'
+  res = _cli('--config=phase_b.py:scale=paper', f'--config.model.hf_checkpoint={ckpt}',
+             '--config.tokenizer.path=/tok', f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 2
+  assert (f"--config=phase_a.py:scale=paper '--config.model.hf_checkpoint={ckpt}' "
+          f"--config.tokenizer.path=/tok --workdir={tmp_path}") in res.stderr
+
+
+def _hold_lock(path):
+  """A separate process holding an flock on `path`; returns it once the lock is held."""
+  proc = subprocess.Popen(
+      [sys.executable, '-c',
+       'import fcntl, os, sys, time\n'
+       'os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)\n'
+       'f = open(sys.argv[1], "a")\n'
+       'fcntl.flock(f, fcntl.LOCK_EX)\n'
+       'print("locked", flush=True)\n'
+       'time.sleep(120)\n', str(path)],
+      stdout=subprocess.PIPE, text=True)
+  assert proc.stdout.readline().strip() == 'locked'
+  return proc
+
+
+def test_phase_lock_excludes_other_process_and_stale_file_does_not_block(tmp_path):
+  workdir = str(tmp_path)
+  proc = _hold_lock(tmp_path / 'phase_a' / '.lock')
+  try:
+    with pytest.raises(run_cli.PhaseLockedError,
+                       match=f'another run holds .*phase_a/.lock.*workdir {workdir}'):
+      with run_cli.phase_lock(workdir, 'phase_a'):
+        pass
+    with run_cli.phase_lock(workdir, 'phase_b'):  # other phases are free
+      pass
+  finally:
+    proc.kill()
+    proc.wait()
+  assert os.path.exists(tmp_path / 'phase_a' / '.lock')  # left by the killed holder
+  with run_cli.phase_lock(workdir, 'phase_a') as lock:  # flock died with it
+    # Held: a second open file description cannot take it.
+    import fcntl
+    with open(lock) as f:
+      with pytest.raises(BlockingIOError):
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    (tmp_path / 'phase_a' / 'metrics.jsonl').write_text('{}\n')
+  with open(tmp_path / 'phase_a' / '.lock') as f:  # released on exit
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_run_holds_phase_lock_around_runner(tmp_path, monkeypatch):
+  seen = []
+  def runner(config, workdir):
+    lock = os.path.join(workdir, 'sft', '.lock')
+    import fcntl
+    with open(lock) as f:  # held by run() while the runner runs
+      with pytest.raises(BlockingIOError):
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    seen.append(config.phase)
+    raise ValueError('bad row')
+  monkeypatch.setattr(run_cli, 'PHASE_RUNNERS', {'sft': runner})
+  workdir = tmp_path / 'new_wd'
+  with pytest.raises(ValueError, match='bad row'):
+    run_cli.run(common.get_config('sft'), str(workdir))
+  assert seen == ['sft']
+  # Failed before writing anything: no empty workdir / phase folder left behind.
+  assert not workdir.exists()
+
+
+def test_cli_second_run_on_locked_phase_exits_2(tmp_path):
+  proc = _hold_lock(tmp_path / 'sft' / '.lock')
+  try:
+    res = _cli('--config=sft', f'--workdir={tmp_path}')
+  finally:
+    proc.kill()
+    proc.wait()
+  assert res.returncode == 2, res.stderr
+  assert (f'error: another run holds {tmp_path}/sft/.lock: it is running sft in '
+          f'workdir {tmp_path}') in res.stderr
+  assert 'Traceback' not in res.stderr
+  assert os.listdir(tmp_path / 'sft') == ['.lock']
+
+
+def test_cli_dry_run_paper_without_checkpoint_warns(tmp_path):
+  res = _cli('--config=sft.py:scale=paper', f'--workdir={tmp_path / "wd"}', '--dry_run')
+  assert res.returncode == 0, res.stderr
+  assert "config.scale = 'paper'" in res.stdout and 'plan: sft' in res.stdout
+  assert 'warning: config.model.hf_checkpoint: paper scale needs' in res.stderr
+  assert not os.listdir(tmp_path)
+
+
+def test_cli_dry_run_tiny_warns_on_missing_data_real_run_fails(tmp_path):
+  env_dir = tmp_path / 'nowhere'
+  res = subprocess.run(
+      [sys.executable, str(REPO / 'experiments' / 'run.py'), '--config=sft',
+       f'--workdir={tmp_path / "wd"}', '--dry_run'], cwd=tmp_path, capture_output=True,
+      text=True, timeout=120,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'VERMEM_DATA_DIR': str(env_dir)})
+  assert res.returncode == 0, res.stderr
+  assert 'plan: sft' in res.stdout
+  assert f"warning: config.data.data_dir: '{env_dir}' is not a directory" in res.stderr
+  # Data present but the tokenizer folder missing: also a warning.
+  res = _cli('--config=sft', f'--config.tokenizer.path={tmp_path / "tok"}',
+             f'--workdir={tmp_path / "wd"}', '--dry_run')
+  assert res.returncode == 0, res.stderr
+  assert 'warning: config.tokenizer.path:' in res.stderr
+  config = common.get_config('sft')
+  config.data.data_dir = str(env_dir)
+  with pytest.raises(ValueError, match='config.data.data_dir'):  # real runs fail hard
+    run_cli.run(config, str(tmp_path / 'wd'))
+  assert not (tmp_path / 'wd').exists()
+
+
+def test_cli_dry_run_lists_every_passed_override(tmp_path):
+  res = _cli('--config=phase_a', '--config.seed=42', '--config.memory.policy_input_limit',
+             '1024', f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 0, res.stderr
+  line = next(l for l in res.stdout.splitlines() if l.startswith('overrides:'))
+  assert line == "overrides: {'seed': 42, 'memory.policy_input_limit': 1024}"
+  # The derived bucket fields moved with the limit but are not listed as overrides.
+  c = common.get_config('phase_a')
+  c.memory.policy_input_limit = 1024
+  want = common.derived_buckets(c)['sampling.prompt_buckets']
+  assert want[-1] > 1024 and f'config.sampling.prompt_buckets = {want}' in res.stdout
+
+
+def test_config_overrides_without_argv_skips_derived_fields():
+  config = common.get_config('phase_a')
+  config.memory.policy_input_limit = 1024
+  config.data.data_dir = '/elsewhere'
+  assert run_cli.config_overrides(config) == {'memory.policy_input_limit': 1024,
+                                              'data.data_dir': '/elsewhere'}
+  config.batching.command_buckets = (16, 160)
+  assert run_cli.config_overrides(config)['batching.command_buckets'] == (16, 160)
+  assert run_cli.config_overrides(config, ['seed']) == {'seed': 42}
+
+
+def test_cli_missing_optional_package_is_one_line_and_leaves_no_folder(tmp_path):
+  try:
+    import datasets  # noqa: F401  pylint: disable=unused-import
+    pytest.skip('the datasets package is installed')
+  except ImportError:
+    pass
+  workdir = tmp_path / 'wd'
+  res = _cli('--config=sft', '--config.data.source=hf', f'--workdir={workdir}')
+  assert res.returncode == 2
+  assert ("error: source='hf' needs the optional `datasets` package (pip install "
+          "datasets)") in res.stderr
+  assert 'Traceback' not in res.stderr
+  assert not workdir.exists()

@@ -192,6 +192,24 @@ def get_config(phase: str, arg: str | None = None) -> ml_collections.ConfigDict:
   return c
 
 
+def _tokenizer_dir_op(unused_value: Any, data_dir: str, name: str) -> str:
+  return paths.tokenizer_dir(name, data_dir)
+
+
+def _derived_tokenizer_path_ref(c: ml_collections.ConfigDict
+                                ) -> ml_collections.FieldReference:
+  """A str field equal to `<data.data_dir>/tokenizers/<tokenizer.name>` whenever read,
+  so `--config.data.data_dir=/elsewhere` moves the tokenizer with the data.
+
+  Assigning a path to the field (command line, code) drops the derivation. The
+  initial value is '' rather than None: FieldReference skips its ops on None.
+  """
+  return ml_collections.FieldReference(
+      '', field_type=str,
+      op=_LazyOp(_tokenizer_dir_op,
+                 [c.data.get_ref('data_dir'), c.tokenizer.get_ref('name')]))
+
+
 def _paper_config(phase: str) -> ml_collections.ConfigDict:
   """SPEC's values for `phase`."""
   c = ml_collections.ConfigDict()
@@ -424,7 +442,8 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
 def _apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   """Shrinks sizes so a phase runs on a 2-core CPU in minutes (same formulas)."""
   c.data.data_dir = paths.default_data_dir()  # HotpotQA samples + tokenizers
-  c.tokenizer.path = paths.tokenizer_dir('qwen2.5')
+  # <data_dir>/tokenizers/<name>, following later data_dir / name overrides.
+  c.tokenizer.path = _derived_tokenizer_path_ref(c)
   c.model.preset = 'tiny'
   c.model.hf_checkpoint = None         # randomly initialised tiny Qwen
   c.model.dtype = 'float32'            # CPU
