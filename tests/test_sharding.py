@@ -1,12 +1,10 @@
 """Tests for vermem_jax.models.sharding on an 8-device CPU mesh (run in a subprocess,
 because the device count must be fixed before jax is imported)."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+
+import multidevice
 
 from vermem_jax.models import sharding
 
@@ -83,13 +81,7 @@ _SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope='module')
 def mesh_result():
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu')
-  proc = subprocess.run([sys.executable, '-c', _SCRIPT], env=env, capture_output=True,
-                        text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  line = [l for l in proc.stdout.splitlines() if l.startswith('RESULT ')][-1]
-  return json.loads(line[len('RESULT '):])
+  return multidevice.run_on_8_devices(_SCRIPT)
 
 
 def test_fsdp2_tensor4_matches_single_device(mesh_result):

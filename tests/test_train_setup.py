@@ -1,15 +1,13 @@
 """Tests for vermem_jax.train.setup: config glue, and the trainers' steps on an 8-device
 CPU mesh (data=2 x fsdp=2 x tensor=2) against a single device. The mesh part runs in a
 subprocess because the device count is fixed before jax is imported."""
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import ml_collections
 import numpy as np
 import pytest
+
+import multidevice
 
 from vermem_jax.models import qwen
 from vermem_jax.train import setup
@@ -117,13 +115,7 @@ _SCRIPT = textwrap.dedent("""
 
 @pytest.fixture(scope='module')
 def mesh_result():
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
-             JAX_PLATFORMS='cpu')
-  proc = subprocess.run([sys.executable, '-c', _SCRIPT], env=env, capture_output=True,
-                        text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-4000:]
-  line = [l for l in proc.stdout.splitlines() if l.startswith('RESULT ')][-1]
-  return json.loads(line[len('RESULT '):])
+  return multidevice.run_on_8_devices(_SCRIPT)
 
 
 def test_sft_step_on_mesh_matches_single_device(mesh_result):
