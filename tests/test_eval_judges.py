@@ -167,9 +167,9 @@ def test_judge_records_fills_scores_and_skips_unanswered(hotpotqa_dir):
     return ['0.8' if 'grade answers' in c[0]['content'] else '0.4' for c in convs]
 
   judge = judges.Judge(judges.JudgeConfig(), complete)
-  records = [{'question_id': ex.id, 'answer': 'x'},
-             {'question_id': ex.id, 'answer': None}]
-  judges.judge_records(records, {ex.id: ex}, {0: ['entry one'], 1: []}, judge)
+  records = [{'question_id': ex.id, 'answer': 'x', 'final_ltm': ['entry one']},
+             {'question_id': ex.id, 'answer': None, 'final_ltm': []}]
+  judges.judge_records(records, {ex.id: ex}, judge)
   assert [(r['j_judge'], r['mq']) for r in records] == [(0.8, 0.4), (0.0, 0.4)]
   assert records[1]['judge_fallback'] is False
   # 1 answer call (the unanswered episode is not sent) + 2 memory calls.

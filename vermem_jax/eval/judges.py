@@ -304,15 +304,14 @@ def make_judge(config: JudgeConfig, *, tokenizer: Any = None, model_config: Any 
   return Judge(config, gen.complete_many)
 
 
-def judge_records(records: Sequence[dict], examples: Mapping[str, Any],
-                  final_ltm: Mapping[int, Sequence[str]], judge: Judge, *,
-                  max_chars: int = 12000) -> None:
+def judge_records(records: Sequence[dict], examples: Mapping[str, Any], judge: Judge,
+                  *, max_chars: int = 12000) -> None:
   """Fills `j_judge`, `mq`, `judge_fallback`, `mq_fallback` of records in place.
 
   Args:
-    records: `eval.metrics.episode_record` dicts.
+    records: `eval.metrics.episode_record` dicts (their 'answer' and 'final_ltm', the
+      active terminal LTM contents, are judged).
     examples: question id -> hotpotqa.Example (reference answer, supporting facts).
-    final_ltm: record index -> contents of the active terminal LTM entries.
     judge: the judge.
   """
   from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
@@ -329,7 +328,8 @@ def judge_records(records: Sequence[dict], examples: Mapping[str, Any],
     facts = [f'{units[u].title}: {units[u].text.strip()}'
              for u in hotpotqa.supporting_unit_ids(ex)]
     memory_convs.append(memory_messages(ex.question, ex.answer, facts,
-                                        list(final_ltm.get(i, ())), max_chars=max_chars))
+                                        list(r.get('final_ltm') or ()),
+                                        max_chars=max_chars))
   for i, (s, fb) in zip(answer_idx, judge.score(answer_convs) if answer_convs else []):
     records[i]['j_judge'], records[i]['judge_fallback'] = s, fb
   for r, (s, fb) in zip(records, judge.score(memory_convs) if memory_convs else []):

@@ -18,6 +18,7 @@ dict (one JSONL line) that keeps everything a figure needs:
   tc              non-null memory-tool calls (∅ excluded; unparseable text names no
                   tool); tc_executed (accepted) and tc_rejected apart;
   decisions, invalid (decisions T_m rejected, unparseable included), op_counts;
+  final_ltm       contents of the active terminal LTM entries (what MQ judges);
   success         the benchmark's success flag (`success_flag`);
   steps           one dict per decision: command, op, accepted, tool call, violation
                   kinds, cost, the four token counts, the solver's kind and answer.
@@ -96,6 +97,7 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
       'decisions': result.num_decisions,
       'invalid': sum(not d.accepted for d in result.decisions),
       'op_counts': dict(sorted(ops.items())),
+      'final_ltm': [e.content for e in result.final_state.active_entries()],
       'success': em == 1.0,
       'steps': [decision_row(d) for d in result.decisions],
   }
