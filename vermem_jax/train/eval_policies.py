@@ -89,6 +89,24 @@ def parse_policies(text: str, workdir: str) -> list[PolicySource]:
   return out
 
 
+def check_available(sources: list[PolicySource], workdir: str) -> None:
+  """Raises before any loading when a phase policy has no checkpoint in `workdir` or
+  an HF folder is missing.
+
+  Raises:
+    checkpoints.CheckpointError: naming the phase and the folder.
+    ValueError: an HF folder that does not exist.
+  """
+  for s in sources:
+    if s.kind == 'phase':
+      d = checkpoints.phase_dir(workdir, s.where)
+      if not checkpoints.has_checkpoint(d):
+        raise checkpoints.CheckpointError(
+            f'config.eval.policies names {s.where}, but {d} holds no checkpoint')
+    elif s.kind == 'hf' and not os.path.isdir(s.where):
+      raise ValueError(f'config.eval.policies: {s.label}: {s.where} is not a directory')
+
+
 def _greedy_sampler(config: ml_collections.ConfigDict, model_config: Any, params: Any,
                     tok: Any, mesh: Any) -> policy_lib.SamplerPolicy:
   sampling_cfg = config_util.dataclass_from_mapping(
