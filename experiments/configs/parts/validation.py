@@ -23,7 +23,7 @@ SOLVER_BACKENDS = ('oracle', 'llm', 'openai_compatible')  # = train.task_solver_
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')  # = train.rl_selection's
 SUCCESS_RULES = ('auto', 'em', 'judge')  # = eval.metrics.SUCCESS_RULES
 KL_ESTIMATORS = ('exact', 'k3')
-OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_phase.OLD_LOGPROBS_SOURCES
+OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
 TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.SFTDataConfig's
 DTYPES = ('float32', 'bfloat16')
 
