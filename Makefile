@@ -21,8 +21,11 @@ $(VENV)/.installed-test: $(VENV)/.installed
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 
+# The tiny curriculum up to Phase B, then a short held-out evaluation table (Base, SFT,
+# Phase A, Phase B on a handful of HotpotQA validation questions).
 run: install
 	$(PY) experiments/run.py --config=phase_b.py --workdir=$(WORKDIR)
+	$(PY) experiments/run.py --config=eval_hotpotqa.py --workdir=$(WORKDIR)
 
 test: install-test
 	$(PY) -m pytest -q tests

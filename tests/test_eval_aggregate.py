@@ -46,7 +46,8 @@ def test_mean_and_sample_std_over_seeds():
   assert agg['phase_b']['tn_at_target']['mean'] == pytest.approx(1500.0)
   # per-seed values: seed 42 reaches 40 at exactly 2000, seed 43 at the first point.
   assert agg['phase_b']['tn_at_target']['values'] == [2000.0, 1000.0]
-  assert agg['base']['frontier']['tn_at_target'] == pytest.approx(1000 + 15 / 25 * 1000)  # [25, 50, 50]
+  # Base's mean curve is [25, 50, 50]: 40 lies 15/25 of the way from 1000 to 2000.
+  assert agg['base']['frontier']['tn_at_target'] == pytest.approx(1000 + 15 / 25 * 1000)
 
 
 def test_single_seed_has_no_std():

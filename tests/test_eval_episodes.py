@@ -203,7 +203,8 @@ def test_tn_equals_a_hand_count_with_prompts_counted_at_every_call(examples, tok
                            final=d.step >= len(spec.observations))
     hand += len(tok.encode(ts.render_solver_prompt(tok, inp)))
     hand += len(tok.encode(d.solver_output.text)) + 1
-  assert metrics.episode_record(res, policy='p', seed=0)['tn'] == hand == res.online_tokens
+  rec = metrics.episode_record(res, policy='p', seed=0)
+  assert rec['tn'] == hand == res.online_tokens
   # The instruction and question are re-sent at every call and counted each time.
   instruction = len(tok.encode(episodes.INSTRUCTION_TEXT))
   assert all(n > instruction for n in per_call_policy)

@@ -151,9 +151,9 @@ def test_per_seed_workdirs(tmp_path):
 
 
 def _cli(*args):
-  return subprocess.run([sys.executable, 'experiments/run.py', '--config=eval_hotpotqa.py',
-                         *args], cwd=REPO, capture_output=True, text=True,
-                        env=dict(os.environ, PYTHONPATH=REPO))
+  return subprocess.run(
+      [sys.executable, 'experiments/run.py', '--config=eval_hotpotqa.py', *args],
+      cwd=REPO, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
 
 
 def test_cli_runs_dry_runs_and_rejects(tmp_path, workdir):

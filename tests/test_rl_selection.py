@@ -62,8 +62,9 @@ def test_episode_scores_hand_case(dev_specs):
       observation=None)
   rec2 = env.DecisionRecord(**{**rec.__dict__, 'step': 1, 'cost': 0.0, 'op': 'Null',
                                'accepted': True})
-  res = env.EpisodeResult(spec=spec, decisions=(rec, rec2), final_state=spec.initial_state,
-                          final_answer=gold, terminated_by='answer',
+  res = env.EpisodeResult(spec=spec, decisions=(rec, rec2),
+                          final_state=spec.initial_state, final_answer=gold,
+                          terminated_by='answer',
                           policy_input_tokens=0, policy_output_tokens=0,
                           solver_input_tokens=0, solver_output_tokens=0, task_steps=2,
                           tool_calls=0)

@@ -202,7 +202,8 @@ class Judge:
   """
 
   def __init__(self, config: JudgeConfig, complete: Complete, *,
-               sleep: Callable[[float], None] = time.sleep, close: Callable[[], None] = None):
+               sleep: Callable[[float], None] = time.sleep,
+               close: Optional[Callable[[], None]] = None):
     self.config = config
     self._complete = complete
     self._sleep = sleep

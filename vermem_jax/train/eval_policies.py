@@ -30,7 +30,7 @@ from vermem_jax.envs import environment
 from vermem_jax.eval import episodes
 from vermem_jax.models import hf_io
 from vermem_jax.rl import policy as policy_lib
-from vermem_jax.rl import rollout
+from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
@@ -146,4 +146,6 @@ def load_policy(source: PolicySource, config: ml_collections.ConfigDict, workdir
     params, step = checkpoints.restore_params_only(directory, shapes, prefer_best=True)
     info.update(path=directory, step=int(step))
   sampler = _greedy_sampler(config, mc, params, tok, mesh)
-  return (lambda seed: rollout.BoundPolicy(sampler, jax.random.PRNGKey(int(seed)))), info
+  def bind(seed: int) -> environment.Policy:
+    return task_selection.BoundPolicy(sampler, jax.random.PRNGKey(int(seed)))
+  return bind, info

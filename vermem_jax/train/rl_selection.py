@@ -28,7 +28,7 @@ from vermem_jax.envs import environment
 from vermem_jax.eval import hotpotqa_metrics
 from vermem_jax.eval import metrics as eval_metrics
 from vermem_jax.rl import rewards
-from vermem_jax.rl import rollout
+from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
 
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')
@@ -83,8 +83,8 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
     raise ValueError('RL checkpoint selection needs internal-dev episodes '
                      '(config.episodes.num_dev >= 1)')
   results = environment.run_episodes(
-      specs, rollout.BoundPolicy(policy, seed), solver, count_tokens=count_tokens,
-      executor_config=executor_config, env_config=env_config)
+      specs, task_selection.BoundPolicy(policy, seed), solver,
+      count_tokens=count_tokens, executor_config=executor_config, env_config=env_config)
   per = [episode_scores(r) for r in results]
   out = {f'dev/{k}': float(np.mean([p[k] for p in per])) for k in SELECTION_METRICS}
   decisions = sum(r.num_decisions for r in results)
