@@ -174,6 +174,7 @@ def test_bad_scale_argument():
     ('eval.seeds', (42, 42), 'config.eval.seeds: repeats'),
     ('eval.temperature', 0.7, 'config.eval.temperature'),
     ('eval.num_questions', -1, 'config.eval.num_questions'),
+    ('eval.batch_size', -2, 'config.eval.batch_size'),
     ('eval.success_rule', 'f1', 'config.eval.success_rule'),
     ('eval.success_rule', 'judge', "config.eval.success_rule: 'judge' needs"),
     ('eval.judge_success_threshold', 1.5, 'config.eval.judge_success_threshold'),

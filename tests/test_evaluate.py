@@ -84,11 +84,15 @@ def test_base_and_a_phase_twice_identical(tmp_path, workdir):
 
 def test_frontier_reruns_match_the_derived_curve(tmp_path, workdir):
   derived = evaluate.run_evaluation(eval_config(tmp_path, policies='base'), workdir)
+  derived_recs = _jsonl(derived['paths']['jsonl'])
+  # One episode at a time (eval.batch_size=1) and every budget rerun.
   rerun = evaluate.run_evaluation(
-      eval_config(tmp_path, policies='base', frontier_reruns=True), workdir)
+      eval_config(tmp_path, policies='base', frontier_reruns=True, batch_size=1),
+      workdir)
   d, r = (x['aggregate']['base']['frontier']['mean'] for x in (derived, rerun))
   assert d == r
   recs = _jsonl(rerun['paths']['jsonl'])
+  assert [x for x in recs if x['budget'] is None] == derived_recs
   assert sorted({x['budget'] for x in recs if x['budget']}) == [1000, 2000, 4000, 8000]
   # Hard budgets: a rerun record never spends more than its budget on a success.
   assert all(x['tn'] <= x['budget'] for x in recs if x['budget'] and x['success'])

@@ -7,7 +7,8 @@ on the HotpotQA validation (distractor) questions, for each seed of `eval.seeds`
   1. questions: `eval.num_questions` drawn with the seed (fixed order per seed;
      0 = the whole file, the paper's protocol);
   2. episodes (`eval.episodes`): one per question, all policies on the same
-     questions, batched (one sampler call per step across live episodes), greedy
+     questions, batched (one sampler call per step across the live episodes of a
+     chunk of `eval.batch_size` questions), greedy
      policy and solver, no verifier, no label in any policy or LLM-solver input;
   3. records (`eval.metrics`): EM, F1, supporting-fact recall, TN, TC (executed /
      rejected), invalid commands, op mix; J_judge and MQ from `eval.judge` when a
@@ -56,11 +57,22 @@ def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
   return config.eval.output_dir or os.path.join(workdir, OUTPUT_SUBDIR)
 
 
-def _run_policy(specs_of, policy, solver, *, tok, exec_cfg, label, seed, budget):
-  results = episodes.run(specs_of(budget), policy, solver, count_tokens=tok.count_tokens,
-                         executor_config=exec_cfg)
-  return [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
-          for r in results]
+def _run_policy(questions, *, base, policy, solver, tok, exec_cfg, label, seed, budget,
+                batch_size):
+  """Records of one policy on `questions`, `batch_size` episodes advancing together
+  (0 = all at once); each chunk's episode results are dropped once recorded."""
+  records = []
+  step = int(batch_size) or max(len(questions), 1)
+  for start in range(0, len(questions), step):
+    specs = [episodes.build_episode(ex, count_tokens=tok.count_tokens,
+                                    context_budget=exec_cfg.context_budget, base=base,
+                                    token_budget=budget)
+             for ex in questions[start:start + step]]
+    results = episodes.run(specs, policy, solver, count_tokens=tok.count_tokens,
+                           executor_config=exec_cfg)
+    records += [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
+                for r in results]
+  return records
 
 
 def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -109,23 +121,16 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                                                     mesh=mesh)
           make_policy, info = loaded[key]
           infos.setdefault(source.label, []).append(dict(info, seed=seed))
-          is_base = source.kind == 'base'
-
-          def specs_of(budget, questions=questions, is_base=is_base):
-            return [episodes.build_episode(ex, count_tokens=tok.count_tokens,
-                                           context_budget=exec_cfg.context_budget,
-                                           base=is_base, token_budget=budget)
-                    for ex in questions]
-
+          run_kw = dict(base=source.kind == 'base', solver=solver, tok=tok,
+                        exec_cfg=exec_cfg, label=source.label, seed=seed,
+                        batch_size=int(ev.batch_size))
           t1 = time.time()
-          records = _run_policy(specs_of, make_policy(seed), solver, tok=tok,
-                                exec_cfg=exec_cfg, label=source.label, seed=seed,
-                                budget=None)
+          records = _run_policy(questions, policy=make_policy(seed), budget=None,
+                                **run_kw)
           runs = [records]
           if ev.frontier_reruns:
-            runs += [_run_policy(specs_of, make_policy(seed), solver, tok=tok,
-                                 exec_cfg=exec_cfg, label=source.label, seed=seed,
-                                 budget=b) for b in budgets]
+            runs += [_run_policy(questions, policy=make_policy(seed), budget=b, **run_kw)
+                     for b in budgets]
           for run in runs:
             if judge is not None:
               judges.judge_records(run, by_id, judge)

@@ -285,6 +285,9 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   # '' = base + every phase with a checkpoint in the workdir (train/eval_policies.py).
   c.eval.policies = ''
   c.eval.num_questions = 0             # per seed, drawn with the seed; 0 = all (paper)
+  # decision: episodes advancing together (one sampler call per step); bounds the
+  # sampler batch and the memory of live episodes. 0 = all questions at once.
+  c.eval.batch_size = 64
   # Episode success for the frontier: 'auto' = J_judge >= threshold when a judge is
   # set, else EM = 1; 'em'; 'judge'.
   c.eval.success_rule = 'auto'

@@ -213,6 +213,8 @@ def _check_eval(config: ml_collections.ConfigDict) -> None:
   _require(isinstance(ev.num_questions, int) and ev.num_questions >= 0,
            'eval.num_questions', f'must be an int >= 0 (0 = all), got {ev.num_questions!r}')
   _require(isinstance(ev.policies, str), 'eval.policies', 'must be a comma-separated str')
+  _require(isinstance(ev.batch_size, int) and ev.batch_size >= 0, 'eval.batch_size',
+           f'must be an int >= 0 (0 = all at once), got {ev.batch_size!r}')
   _require(ev.success_rule in SUCCESS_RULES, 'eval.success_rule',
            f'{ev.success_rule!r} not in {SUCCESS_RULES}')
   if ev.success_rule == 'judge':
