@@ -119,6 +119,19 @@ def test_put_next_with_macros_and_hands_full(bench):
   assert s.success and s.done and "Mission complete." in s.observation
 
 
+def test_go_to_when_already_facing_costs_one_no_op(bench):
+  cfg = bench.config_class(levels=("BabyAI-GoToLocal-v0",), episodes_per_level=1)
+  (inst,) = bench.instances(cfg)
+  env = bench.make_env(inst, cfg)
+  assert env.reset().task == "Your mission: go to the red key."
+  s = env.step("go to yellow key 1")  # 3 steps ahead: walk 2, then face it
+  assert s.info["primitive_steps"] == 2 and not s.done
+  assert "yellow key 1 is right in front of you" in s.observation
+  again = env.step("go to yellow key 1")
+  assert again.info["valid"] and again.info["primitive_steps"] == 1 and not again.done
+  assert "yellow key 1 is right in front of you" in again.observation
+
+
 def test_bot_plan_is_a_gold_plan(bench):
   cfg = bench.config_class(levels=("BabyAI-OpenDoor-v0", "BabyAI-UnlockLocal-v0"),
                            episodes_per_level=2)
