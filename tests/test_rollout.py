@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import ExecutorConfig
 from vermem_jax.memory import executor as mexec
@@ -44,21 +44,15 @@ def tok(qwen25_tokenizer_dir):
   return load_tokenizer(qwen25_tokenizer_dir)
 
 
-@pytest.fixture(scope="module")
-def pools(hotpotqa_dir):
-  examples = hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
-  return hotpotqa.split_train_pools(examples)
-
-
 def _family_specs(pool, tok, families, budget, solved_by=None):
   """One Phase B spec per family, from the first construction examples that fit (and,
   with a solver, whose reference command alone lets that solver answer at step 0)."""
-  cfg = scenarios.ScenarioConfig(context_budget=budget, rollout_limit=4)
+  cfg = episodes.ScenarioConfig(context_budget=budget, rollout_limit=4)
   specs = []
   for fam in families:
     for ex in pool:
-      spec = scenarios.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
-                                     config=cfg)
+      spec = episodes.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
+                                    config=cfg)
       if spec is None:
         continue
       if solved_by is not None:
@@ -399,9 +393,9 @@ def test_select_tasks_is_a_resumable_epoch_walk():
 
 def test_init_running_stats_from_dev(pools, tok):
   dev = pools[1]
-  cfg = scenarios.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
-  specs = scenarios.build_episodes(dev, "B", count_tokens=tok.count_tokens,
-                                   config=cfg, split="dev")
+  cfg = episodes.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
+  specs = episodes.build_episodes(dev, "B", count_tokens=tok.count_tokens,
+                                  config=cfg, split="dev")
   base_cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
   inputs = rollout.dev_inputs_from_episodes(specs, count_tokens=tok.count_tokens,
                                             executor_config=base_cfg)
@@ -446,12 +440,11 @@ def test_dev_inputs_from_results(scripted):
 
 
 def test_dev_inputs_from_sft_records(scripted, tok):
-  from vermem_jax.envs import sft_data  # pylint: disable=import-outside-toplevel
   cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
   records = []
   for spec in scripted["specs"]:
     for target in (spec.reference_command, "∅", Scripted.BAD):
-      records.append(sft_data.SFTRecord(
+      records.append(episodes.SFTRecord(
           policy_input="x", target=target, op="?", template="t", is_boundary=False,
           example_id=spec.example.id, split="dev", phase="B", source="template",
           state=spec.initial_state))

@@ -59,7 +59,7 @@ SCALES = ('tiny', 'paper')
 SOLVER_BACKENDS = ('oracle', 'llm')
 KL_ESTIMATORS = ('exact', 'k3')
 OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_phase.OLD_LOGPROBS_SOURCES
-TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.SFTDataConfig's
+TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.config.SFTDataConfig's
 DTYPES = ('float32', 'bfloat16')
 
 # The official train file a paper-scale run needs (SPEC §4: the full train split).
@@ -310,7 +310,7 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
   c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
   c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
   # Optional teacher for the non-template half (paper App. D.2); keys =
-  # envs.sft_data.SFTDataConfig fields. None = templates fill every class.
+  # envs.sft_data.config.SFTDataConfig fields. None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
   c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
   c.sft.teacher_model = ''             # model name served there
@@ -399,7 +399,7 @@ def _paper_config(phase: str) -> ml_collections.ConfigDict:
   c.solver.top_p = 1.0                 # paper App. C.3
 
   # --- episodes (SPEC §4) ---
-  # Keys = envs.scenarios.ScenarioConfig fields + op_space; rollout_limit and
+  # Keys = envs.scenarios.spec.ScenarioConfig fields + op_space; rollout_limit and
   # token_budget also give envs.environment.EnvConfig.
   c.episodes = ml_collections.ConfigDict()
   train, dev = PAPER_EPISODES.get(phase, (0, 0))
@@ -691,8 +691,8 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     {'data': envs.hotpotqa.DataConfig, 'memory': memory.ExecutorConfig (phase =
     episodes.op_space), 'advantage': rl.advantages.AdvantageConfig, 'reward':
     rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
-    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.ScenarioConfig, 'env':
-    envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig}.
+    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.spec.ScenarioConfig,
+    'env': envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig}.
   Raises:
     ValueError: `config.<section>: <problem>` for an unknown key or a value the
       dataclass rejects.
@@ -700,7 +700,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   # Imported here: the libraries are heavier than the config layer.
   from vermem_jax.envs import environment  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
-  from vermem_jax.envs import scenarios  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.scenarios import spec as scenario_spec  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import task_solvers  # pylint: disable=g-import-not-at-top
   from vermem_jax.memory import config as memory_config  # pylint: disable=g-import-not-at-top
   from vermem_jax.rl import advantages  # pylint: disable=g-import-not-at-top
@@ -725,7 +725,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
       'reward': build('reward', rewards.RewardConfig),
       'verifier': build('verifier', verifier_base.VerifierConfig),
       'solver': build('solver', task_solvers.SolverConfig),
-      'episodes': build('episodes', scenarios.ScenarioConfig),
+      'episodes': build('episodes', scenario_spec.ScenarioConfig),
       'batching': build('batching', batching.BatchingConfig),
   }
   try:

@@ -1,6 +1,6 @@
 """Supervised warm start θ_SFT on the balanced command set (SPEC §4; App. D.3, Eq. 7).
 
-Data. `envs.sft_data.build_sft_set` gives train and dev records (x_i, u*_i) from the
+Data. `envs.episodes.build_sft_set` gives train and dev records (x_i, u*_i) from the
 construction and internal-dev pools of the HotpotQA train split. Each record becomes
 one `batching.DecisionTokens` row:
 
@@ -80,7 +80,6 @@ import optax
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import sft_data
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.config import ExecutorConfig
@@ -112,11 +111,11 @@ class SFTExample:
     prompt_tokens: policy prompt ids [T_in] (`rl.policy.policy_prompt_ids(x_i)`).
     command_tokens: ids of u*_i + the stop token [L] (`rl.policy.command_target_ids`;
       the only tokens with loss).
-    record: the `sft_data.SFTRecord` (op, phase, state s_i, target text).
+    record: the `episodes.SFTRecord` (op, phase, state s_i, target text).
   """
   prompt_tokens: tuple[int, ...]
   command_tokens: tuple[int, ...]
-  record: sft_data.SFTRecord
+  record: episodes.SFTRecord
 
   def decision(self) -> batching.DecisionTokens:
     """The learner row: no old logprobs (unused by the SFT loss), advantage 1."""
@@ -124,7 +123,7 @@ class SFTExample:
                                    (0.0,) * len(self.command_tokens), 1.0)
 
 
-def tokenize_records(records: Sequence[sft_data.SFTRecord],
+def tokenize_records(records: Sequence[episodes.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, max_sequence_tokens: int,
                      max_command_tokens: int) -> tuple[list[SFTExample], dict[str, int]]:
   """Tokenizes records; drops (and counts) those that do not fit the learner shapes.
@@ -370,7 +369,7 @@ def batch_indices(step: int, num_examples: int, batch_size: int,
 
 
 # ----------------------------------------------------------------------------- dev metrics
-def dev_metrics(records: Sequence[sft_data.SFTRecord], predictions: Sequence[str], *,
+def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str], *,
                 executor_config: ExecutorConfig,
                 count_tokens: Callable[[str], int]) -> dict[str, float]:
   """Dev metrics of predicted command texts (SPEC §4 checkpoint selection).
@@ -421,7 +420,7 @@ def dev_metrics(records: Sequence[sft_data.SFTRecord], predictions: Sequence[str
 
 
 def predict_commands(params: Any, model_config: qwen.QwenConfig,
-                     records: Sequence[sft_data.SFTRecord],
+                     records: Sequence[episodes.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, batch_size: int,
                      sampling_config: policy.PolicySamplingConfig,
                      rng: Any = 0, mesh: jax.sharding.Mesh | None = None) -> list[str]:
@@ -465,10 +464,10 @@ def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
   return ExecutorConfig(**values, phase=config.episodes.op_space)
 
 
-def _sft_data_config(config: ml_collections.ConfigDict) -> sft_data.SFTDataConfig:
+def _sft_data_config(config: ml_collections.ConfigDict) -> episodes.SFTDataConfig:
   # The construction seed is the episode seed: the data set does not change with the
   # run seed (config.seed drives init and shuffling).
-  return sft_data.SFTDataConfig.from_config(
+  return episodes.SFTDataConfig.from_config(
       config.sft.to_dict(), seed=config.episodes.seed,
       context_budget=config.memory.context_budget,
       policy_input_limit=config.memory.policy_input_limit,
@@ -562,7 +561,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
   construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
       config.data.to_dict()))
-  train_records, dev_records, report = sft_data.build_sft_set(
+  train_records, dev_records, report = episodes.build_sft_set(
       construction, dev_pool, count_tokens=tok.count_tokens,
       config=_sft_data_config(config), verbose=False)
   table = report.format_table()
