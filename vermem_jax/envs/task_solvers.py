@@ -39,6 +39,7 @@ from vermem_jax.memory import serialization
 
 ANSWER = "answer"
 CONTINUE = "continue"
+ACTION = "action"  # an action for an interactive benchmark (envs.interactive)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,12 +113,14 @@ class SolverOutput:
   """One task action b_t.
 
   Attributes:
-    kind: 'answer' | 'continue'.
+    kind: 'answer' | 'continue' (HotpotQA), or 'action' (an interactive benchmark:
+      `action` is what the environment plays).
     answer: the final answer text when kind == 'answer', else None.
     text: the raw reply (what T_e records in H as the task action).
     input_tokens: prompt tokens of this call (counted every call).
     output_tokens: generated tokens of this call, the end-of-turn token included.
     token_ids: generated ids [output_tokens] (LLM solver only; None otherwise).
+    action: the environment action when kind == 'action', else None.
   """
   kind: str
   answer: str | None
@@ -125,6 +128,7 @@ class SolverOutput:
   input_tokens: int = 0
   output_tokens: int = 0
   token_ids: tuple[int, ...] | None = None
+  action: str | None = None
 
 
 class TaskSolver(abc.ABC):
@@ -221,6 +225,11 @@ class LLMTaskSolver(TaskSolver):
     config: SolverConfig (greedy, 64 new tokens by default).
     rng: a `jax.random` key, split once per call (used only when temperature > 0).
     generate_fn: defaults to `vermem_jax.models.generate`; same signature.
+    messages_fn: SolverInput -> chat messages (default `solver_messages`, the
+      HotpotQA prompt; interactive benchmarks pass
+      `envs.action_solvers.ActionPrompt(...).messages`).
+    parse_fn: reply text -> (kind, payload) (default `parse_solver_reply`); the
+      payload is the answer for kind 'answer' and the action for kind 'action'.
 
   `solve` prompts all inputs in one `generate` call: prompts [B, T_b] (left-padded
   into length buckets by the sampler), replies [B, N<=max_new_tokens] int32.
@@ -230,7 +239,9 @@ class LLMTaskSolver(TaskSolver):
 
   def __init__(self, tokenizer: _ChatTokenizer, model_config: Any, params: Any, *,
                config: SolverConfig = SolverConfig(), rng: Any = None,
-               generate_fn: Callable[..., Any] | None = None):
+               generate_fn: Callable[..., Any] | None = None,
+               messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
     import jax  # pylint: disable=import-outside-toplevel
     if generate_fn is None:
       from vermem_jax.models import generate as generate_fn  # pylint: disable=import-outside-toplevel
@@ -241,13 +252,15 @@ class LLMTaskSolver(TaskSolver):
     self._rng = rng if rng is not None else jax.random.PRNGKey(0)
     self._generate = generate_fn
     self._stop_ids = tuple(tokenizer.stop_token_ids)
+    self._messages = messages_fn or solver_messages
+    self._parse = parse_fn or parse_solver_reply
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     if not inputs:
       return []
     import jax  # pylint: disable=import-outside-toplevel
-    prompts = [self.tokenizer.encode(render_solver_prompt(self.tokenizer, inp))
-               for inp in inputs]
+    prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
+        self._messages(inp), add_generation_prompt=True)) for inp in inputs]
     self._rng, key = jax.random.split(self._rng)
     out = self._generate(
         self.model_config, self.params, prompts, rng=key,
@@ -261,8 +274,10 @@ class LLMTaskSolver(TaskSolver):
       ids = [int(t) for t in tokens[i, :int(lengths[i])]]
       text_ids = ids[:-1] if ids and ids[-1] in self._stop_ids else ids
       text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-      kind, answer = parse_solver_reply(text)
-      results.append(SolverOutput(kind, answer, text, len(prompt), len(ids), tuple(ids)))
+      kind, payload = self._parse(text)
+      results.append(SolverOutput(
+          kind, payload if kind == ANSWER else None, text, len(prompt), len(ids),
+          tuple(ids), action=payload if kind == ACTION else None))
     return results
 
 
@@ -412,13 +427,15 @@ class OracleEvidenceReader(TaskSolver):
     return results
 
 
-def call_token_counts(tokenizer: _ChatTokenizer, inp: SolverInput,
-                      reply: str) -> tuple[int, int]:
+def call_token_counts(tokenizer: _ChatTokenizer, inp: SolverInput, reply: str, *,
+                      messages_fn: Callable[[SolverInput], list[dict[str, str]]]
+                      | None = None) -> tuple[int, int]:
   """(input, output) tokens of one solver call as the in-process LLM solver would
-  count them: the chat-templated prompt of `inp`, and the reply plus one end-of-turn
-  token (TN, SPEC §7)."""
-  return (tokenizer.count_tokens(render_solver_prompt(tokenizer, inp)),
-          tokenizer.count_tokens(reply) + 1)
+  count them: the chat-templated prompt of `inp` (`messages_fn`, default
+  `solver_messages`), and the reply plus one end-of-turn token (TN, SPEC §7)."""
+  prompt = tokenizer.apply_chat_template((messages_fn or solver_messages)(inp),
+                                         add_generation_prompt=True)
+  return tokenizer.count_tokens(prompt), tokenizer.count_tokens(reply) + 1
 
 
 class OpenAICompatibleTaskSolver(TaskSolver):
@@ -435,6 +452,8 @@ class OpenAICompatibleTaskSolver(TaskSolver):
     client: an `http_chat.ChatClient` (its `max_retries` re-sends failed requests).
     tokenizer: the backbone tokenizer (chat template, count_tokens).
     config: SolverConfig (max_new_tokens, temperature; greedy by default).
+    messages_fn, parse_fn: the prompt and reply parser, as for `LLMTaskSolver`
+      (defaults: the HotpotQA `solver_messages` / `parse_solver_reply`).
 
   Raises (from solve):
     http_chat.ChatError: a request still failing after the client's retries (the
@@ -443,23 +462,29 @@ class OpenAICompatibleTaskSolver(TaskSolver):
   """
 
   def __init__(self, client: Any, tokenizer: _ChatTokenizer, *,
-               config: SolverConfig = SolverConfig()):
+               config: SolverConfig = SolverConfig(),
+               messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
     self.client = client
     self.tokenizer = tokenizer
     self.config = config
+    self._messages = messages_fn or solver_messages
+    self._parse = parse_fn or parse_solver_reply
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     from vermem_jax import http_chat  # pylint: disable=import-outside-toplevel
     if not inputs:
       return []
     replies = self.client.complete_many(
-        [solver_messages(inp) for inp in inputs],
+        [self._messages(inp) for inp in inputs],
         max_tokens=self.config.max_new_tokens, temperature=self.config.temperature)
     results = []
     for inp, reply in zip(inputs, replies):
       if isinstance(reply, http_chat.ChatError):
         raise reply
-      kind, answer = parse_solver_reply(reply)
-      results.append(SolverOutput(kind, answer, reply,
-                                  *call_token_counts(self.tokenizer, inp, reply)))
+      kind, payload = self._parse(reply)
+      n_in, n_out = call_token_counts(self.tokenizer, inp, reply,
+                                      messages_fn=self._messages)
+      results.append(SolverOutput(kind, payload if kind == ANSWER else None, reply, n_in,
+                                  n_out, action=payload if kind == ACTION else None))
     return results

@@ -40,14 +40,14 @@ import numpy as np
 
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios
+from vermem_jax.envs.scenarios import initial_state as scenario_states
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
 
 # The training instruction (scenarios): the policy sees the same framing at test time.
-INSTRUCTION_TEXT = scenarios.INSTRUCTION_TEXT
+INSTRUCTION_TEXT = scenario_states.INSTRUCTION_TEXT
 # Task-state texts shown in x_t (our wording, the same family as the training ones).
 TASK_STATE_START = 'reading passages; the question is open'
 TASK_STATE_PROGRESS = 'passage {k} of {n} revealed'
