@@ -201,25 +201,24 @@ def test_dev_scores_are_logged_and_select_a_checkpoint(clean_run):
 
 
 def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
-  """Scripted dev scores 0.5, 0.9, 0.9, 0.2: the selected checkpoint is step 3 (best,
-  ties to the later step), not the newest; the next phase's π_ref loads it."""
+  """Scripted dev scores 0.9, 0.9, 0.2: the selected checkpoint is step 2 (best, ties
+  to the later step), not the newest; the next phase's π_ref loads it."""
   from vermem_jax.train import rl_selection
-  scores = iter([0.5, 0.9, 0.9, 0.2])
+  scores = iter([0.9, 0.9, 0.2])
 
   def fake_dev_evaluation(specs, policy, solver, **kw):
     assert policy.greedy and kw['metric'] == 'r_task'
     return {'dev/score': next(scores), 'dev/episodes': float(len(specs))}
 
+  workdir = _copy_prerequisites(tmp_path / 'select')  # may run the curriculum: first
   monkeypatch.setattr(rl_selection, 'dev_evaluation', fake_dev_evaluation)
-  workdir = _copy_prerequisites(tmp_path / 'select')
-  out = rl_phase.run_rl_phase(tiny_config('phase_b', **{'rl.num_updates': 4,
-                                                        'rl.eval_every': 1}), workdir)
-  assert out['selected_step'] == 3 and out['step'] == 4
+  config = tiny_config('phase_b', **{'rl.num_updates': 3, 'rl.eval_every': 1})
+  out = rl_phase.run_rl_phase(config, workdir)
+  assert out['selected_step'] == 2 and out['step'] == 3
   phase_dir = os.path.join(workdir, 'phase_b')
   with checkpoints.PhaseCheckpointManager(phase_dir) as mgr:
-    assert mgr.best_step() == 3 and 3 in mgr.all_steps()
+    assert mgr.best_step() == 2 and 2 in mgr.all_steps()
   _, step = checkpoints.restore_params_only(phase_dir, prefer_best=True)
-  assert step == 3  # what Phase C starts from and regularizes towards
-  again = rl_phase.run_rl_phase(tiny_config('phase_b', **{'rl.num_updates': 4,
-                                                          'rl.eval_every': 1}), workdir)
-  assert again['selected_step'] == 3  # a finished phase reports its selection
+  assert step == 2  # what Phase C starts from and regularizes towards
+  again = rl_phase.run_rl_phase(config, workdir)
+  assert again['selected_step'] == 2  # a finished phase reports its selection
