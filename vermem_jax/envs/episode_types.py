@@ -1,0 +1,243 @@
+"""The episode loop's data types (paper Appendix A.1; SPEC §4): what an episode is
+(`EpisodeSpec`, its scheduled `Observation`s), what a policy returns (`PolicyOutput`),
+and what a finished episode holds (`DecisionRecord`, `EpisodeResult`).
+
+`vermem_jax.envs.environment` runs episodes and re-exports every name here; import them
+from there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Optional, Sequence
+
+from vermem_jax import config_util
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import task_solvers
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import state as mstate
+
+TERMINATION_REASONS = ("answer", "env_end", "rollout_limit", "token_budget")
+# What the task solver reads: the active context C̃_t, or the active LTM entries of M_t
+# (Phase A's delayed query is "answered from what LTM holds", SPEC §4).
+SOLVER_READS_CONTEXT = "context"
+SOLVER_READS_LTM = "ltm"
+SOLVER_READS = (SOLVER_READS_CONTEXT, SOLVER_READS_LTM)
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvConfig:
+  """Episode-loop defaults (keys of config section `episodes`), used where a spec
+  gives none.
+
+  Attributes:
+    rollout_limit: max memory decisions per episode. The paper leaves it to the
+      configured protocol; decision: 16 (`config.episodes.rollout_limit`).
+    token_budget: hard online-token budget per episode; None = unlimited. The
+      budget-controlled frontier sets 1,000..5,000 (SPEC §7).
+  """
+  rollout_limit: int = 16
+  token_budget: Optional[int] = None
+
+  @classmethod
+  def from_config(cls, section) -> "EnvConfig":
+    """From a config section (dict-like), ignoring keys this class lacks."""
+    return config_util.dataclass_from_mapping(cls, section)
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+  """One environment observation z_{t+1} of the schedule.
+
+  Attributes:
+    text: what the environment reveals (e.g. a HotpotQA passage).
+    source_refs: its evidence-unit ids ("{title}#{sent_id}"), environment provenance.
+    task_state: new current environment state text (None keeps the old one).
+    protected: the observation's C item is protected evidence (trusted).
+  """
+  text: str
+  source_refs: tuple[str, ...] = ()
+  task_state: Optional[str] = None
+  protected: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSpec:
+  """A task instance ready to run: the initial state and its environment schedule.
+
+  Attributes:
+    episode_id: unique id of the episode (records, logs).
+    example: the HotpotQA example (labels for rewards / the oracle; never rendered).
+    initial_state: s_0 = (q, M_0, C_0, H_0) (memory.MemoryState).
+    observations: z_1, z_2, ... revealed after decisions 0, 1, ...
+    phase: 'A' | 'B' | 'C'; selects the allowed operation subspace.
+    allowed_ops: explicit op names overriding the phase subspace (None: PHASE_OPS).
+    max_decisions: rollout limit (None: EnvConfig.rollout_limit).
+    token_budget: online-token budget (None: EnvConfig.token_budget).
+    family: scenario family name (metrics only).
+    answer_from: first decision index t at which the task solver is asked. Earlier
+      decisions get no solver call (b_t is empty, no tokens, no task step): the query
+      has not been posed yet (a delayed query posed by observation k means
+      answer_from = k + 1). 0 = from the first decision (evaluation, SPEC §7).
+    answer_context: what the solver reads, 'context' (C̃_t) or 'ltm' (the active LTM
+      entries; Phase A's delayed query).
+    stale_texts: private label (never rendered): texts of the stale / obsolete
+      versions planted in M_0 (an outdated number, an incomplete version). They reach
+      the task solver as `SolverInput.stale_texts`; the oracle reader refuses to
+      answer while one of them is still what it reads (a stale entry left in place,
+      or a conflict beside the corrected one). () when nothing stale was planted.
+    evict_oldest_observations: T_e makes room for a new observation by dropping the
+      oldest unprotected C items (`memory.interact(evict_oldest=True)`): the Base
+      baseline of paper C.4, which has no memory policy. False (every VerMem episode):
+      an observation that does not fit stays in H only.
+  """
+  episode_id: str
+  example: hotpotqa.Example
+  initial_state: mstate.MemoryState
+  observations: tuple[Observation, ...] = ()
+  phase: str = "C"
+  allowed_ops: Optional[tuple[str, ...]] = None
+  max_decisions: Optional[int] = None
+  token_budget: Optional[int] = None
+  family: str = ""
+  answer_from: int = 0
+  answer_context: str = SOLVER_READS_CONTEXT
+  stale_texts: tuple[str, ...] = ()
+  evict_oldest_observations: bool = False
+
+  def __post_init__(self):
+    if isinstance(self.stale_texts, str) or not all(
+        isinstance(t, str) for t in self.stale_texts):
+      raise ValueError(f"episode {self.episode_id}: stale_texts must be a tuple of "
+                       f"strings, got {self.stale_texts!r}")
+    object.__setattr__(self, "stale_texts", tuple(self.stale_texts))
+    if self.answer_context not in SOLVER_READS:
+      raise ValueError(f"episode {self.episode_id}: answer_context must be one of "
+                       f"{SOLVER_READS}, got {self.answer_context!r}")
+    if self.answer_from < 0:
+      raise ValueError(f"episode {self.episode_id}: answer_from must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyOutput:
+  """One generated command u_t and its token accounting.
+
+  Attributes:
+    text: the command text.
+    input_tokens: tokens of the policy prompt (x_t in its chat template).
+    output_tokens: generated tokens (stop token included).
+    prompt_ids: optional prompt token ids [T_in] (rollout records).
+    token_ids: optional command token ids [L] (rollout records; the trained tokens).
+    logprobs: optional sampler logprobs of token_ids [L] (float).
+  """
+  text: str
+  input_tokens: int = 0
+  output_tokens: int = 0
+  prompt_ids: Optional[tuple[int, ...]] = None
+  token_ids: Optional[tuple[int, ...]] = None
+  logprobs: Optional[tuple[float, ...]] = None
+
+
+# A batched policy: policy inputs x_t (one per live episode) -> one PolicyOutput each.
+# A plain command string is accepted in place of a PolicyOutput (zero token counts; for
+# scripted policies whose cost is not measured).
+Policy = Callable[[Sequence[str]], Sequence[PolicyOutput]]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecisionRecord:
+  """One memory decision of an episode.
+
+  Attributes:
+    step: decision index t.
+    policy_input: x_t.
+    policy_output: u_t with its token ids / logprobs when the policy provides them.
+    op: op name ('Invalid' for text naming no tool).
+    accepted: T_m committed the command (∅ included).
+    violations: memory.Violation tuple: T_m's, then interaction overflow and the
+      terminal budget violation when they apply.
+    cost: c_{t,k} = min(cost_cap, sum of violation costs).
+    is_tool_call: the command named a non-null tool (TC).
+    transition_message: executor outcome or rejection reasons.
+    state: s_t.
+    state_after_memory: s̃_t.
+    next_state: s_{t+1}.
+    solver_output: the task action b_t.
+    observation: z_{t+1} delivered after this decision, or None.
+    transition: the executor's memory.Transition of u_t on s_t (its parsed `command`,
+      None for unparseable text; its `state_after` is s̃_t and its `violations` are
+      T_m's only). None only for a record built by hand.
+  """
+  step: int
+  policy_input: str
+  policy_output: PolicyOutput
+  op: str
+  accepted: bool
+  violations: tuple
+  cost: float
+  is_tool_call: bool
+  transition_message: str
+  state: mstate.MemoryState
+  state_after_memory: mstate.MemoryState
+  next_state: mstate.MemoryState
+  solver_output: task_solvers.SolverOutput
+  observation: Optional[Observation]
+  # Last and defaulted, so positional construction with the fields above still works.
+  transition: Optional[mexec.Transition] = None
+
+  @property
+  def command(self) -> str:
+    return self.policy_output.text
+
+  @property
+  def solver_called(self) -> bool:
+    """Whether the task solver was asked at this decision (not before `answer_from`,
+    nor when the policy call alone exhausted the token budget)."""
+    return self.solver_output is not NOT_ASKED
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeResult:
+  """A finished episode.
+
+  Attributes:
+    spec: the EpisodeSpec it ran.
+    decisions: DecisionRecords in order (T_k = len(decisions)).
+    final_state: s_{T_k}.
+    final_answer: the solver's answer, or None.
+    terminated_by: one of TERMINATION_REASONS.
+    policy_input_tokens, policy_output_tokens, solver_input_tokens,
+    solver_output_tokens: token sums over the episode's calls.
+    task_steps: solver calls.
+    tool_calls: non-null tool calls (TC).
+  """
+  spec: EpisodeSpec
+  decisions: tuple[DecisionRecord, ...]
+  final_state: mstate.MemoryState
+  final_answer: Optional[str]
+  terminated_by: str
+  policy_input_tokens: int
+  policy_output_tokens: int
+  solver_input_tokens: int
+  solver_output_tokens: int
+  task_steps: int
+  tool_calls: int
+
+  @property
+  def online_tokens(self) -> int:
+    """TN: all input and output tokens of the policy and solver calls (SPEC §7)."""
+    return (self.policy_input_tokens + self.policy_output_tokens
+            + self.solver_input_tokens + self.solver_output_tokens)
+
+  @property
+  def num_decisions(self) -> int:
+    return len(self.decisions)
+
+  @property
+  def constraint_costs(self) -> tuple[float, ...]:
+    return tuple(d.cost for d in self.decisions)
+
+
+
+# b_t of a decision before the query is posed: no solver call, nothing recorded in H.
+NOT_ASKED = task_solvers.SolverOutput(kind=task_solvers.CONTINUE, answer=None, text="")
