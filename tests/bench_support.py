@@ -26,3 +26,16 @@ def require_benchmark(name: str):
     return interactive.load_benchmark(name)
   except interactive.BenchmarkUnavailable as e:
     unavailable(str(e))
+
+
+def require_scienceworld():
+  """The ScienceWorld BENCHMARK once its package and a Java 17 runtime are there (else
+  skip/fail naming the missing piece). The caller closes its JVM pool when done
+  (`vermem_benchmarks.scienceworld.POOL.close_all()`)."""
+  bench = require_benchmark("scienceworld")
+  from vermem_benchmarks import scienceworld as sw  # pylint: disable=import-outside-toplevel
+  try:
+    sw.check_runtime()
+  except interactive.BenchmarkUnavailable as e:
+    unavailable(str(e))
+  return bench

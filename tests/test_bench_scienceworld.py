@@ -2,7 +2,7 @@
 one test variation reaches success through our interface (needs Java 17)."""
 import pytest
 
-from bench_support import require_benchmark, unavailable
+from bench_support import require_scienceworld
 from vermem_jax.envs import interactive as I
 
 TASK = "find-living-thing"
@@ -10,13 +10,8 @@ TASK = "find-living-thing"
 
 @pytest.fixture(scope="module")
 def bench():
-  b = require_benchmark("scienceworld")
+  yield require_scienceworld()
   from vermem_benchmarks import scienceworld as sw
-  try:
-    sw.check_runtime()
-  except I.BenchmarkUnavailable as e:
-    unavailable(str(e))
-  yield b
   sw.POOL.close_all()
 
 
@@ -59,3 +54,15 @@ def test_config_validation(bench):
     bench.config_class(split="validation")
   with pytest.raises(ValueError, match="unknown"):
     bench.config_class.from_config({"max_steps": 10, "typo": 1})
+
+
+def test_canonical_listing_sorts_each_block_only(bench):
+  from vermem_benchmarks import scienceworld as sw
+  text = ("This room is called the art studio. In it, you see: \n\tthe agent\n"
+          "\ta wood cup (containing yellow paint)\n\ta wood cup (containing blue paint)"
+          "\nYou also see:\n\tA door to the kitchen\n\tA door to the hallway")
+  assert sw.canonical_listing(text) == (
+      "This room is called the art studio. In it, you see: \n"
+      "\ta wood cup (containing blue paint)\n\ta wood cup (containing yellow paint)"
+      "\n\tthe agent\nYou also see:\n\tA door to the hallway\n\tA door to the kitchen")
+  assert sw.canonical_listing("no listing") == "no listing"

@@ -4,7 +4,9 @@ Modules:
   hotpotqa       Example / EvidenceUnit, load_examples (json | tfds | hf), 90/10 split.
   tfds_hotpotqa  TFDS builder (array_record, read with tfds.data_source; no TensorFlow).
   task_solvers   TaskSolver, LLMTaskSolver, OracleEvidenceReader.
-  environment    EpisodeSpec, Observation, PolicyOutput, run_episodes (App. A.1 loop).
+  environment    run_episodes (App. A.1 loop; schedule or interactive environment),
+                 re-exporting the types of episode_types.
+  episode_types  EpisodeSpec, Observation, PolicyOutput, DecisionRecord, EpisodeResult.
   episodes       public entry point of the curriculum data: pools, SFT set, phase
                  episodes (over the two packages below).
   sft_data/      the balanced SFT set (templates, seven filters, teacher, builder).

@@ -127,6 +127,12 @@ class GoldPlanSolver(task_solvers.TaskSolver):
     self.prompt = ActionPrompt(rules)
     self._cursor: dict[str, int] = {}
 
+  def set_plan(self, task_id: str, actions: Optional[Sequence[str]]) -> None:
+    """Sets (or replaces) one task's plan and rewinds it; None = no plan (every call
+    then returns the help command)."""
+    self.plans[task_id] = tuple(actions or ())
+    self._cursor.pop(task_id, None)
+
   def restart(self, task_id: Optional[str] = None) -> None:
     """Rewinds one task's plan (or all) to its first action."""
     if task_id is None:

@@ -5,8 +5,16 @@ One memory-decision step t of an episode:
   2. u_t ~ π_θ(· | x_t)                              (the `policy` callable)
   3. s̃_t = T_m(s_t, u_t)                            (memory.execute; ∅ is the identity)
   4. b_t = π_task(q, C̃_t)                           (the task solver)
-  5. s_{t+1} = T_e(s̃_t, b_t, z_{t+1})               (memory.interact; z from the schedule)
+  5. s_{t+1} = T_e(s̃_t, b_t, z_{t+1})               (memory.interact; z from the
+                                                       schedule or from env.step(b_t))
 until a final answer, the environment's end, the rollout limit or the token budget.
+
+Two kinds of environment share the loop. A schedule episode (HotpotQA, the training
+scenarios) reveals `spec.observations[t]` after decision t, whatever the solver did.
+An interactive episode (`spec.env`, an `envs.interactive.InteractiveEnv`: ALFWorld,
+ScienceWorld, PDDL, BabyAI; paper C.2) plays the solver's action b_t with
+`env.step` and z_{t+1} is the environment's reply; the environment's `done` ends the
+episode with its own success and progress (EpisodeResult.success / .progress).
 
 `run_episodes` advances many episodes in lock step: at every step the policy inputs of
 all live episodes go to ONE batched policy call and their solver inputs to ONE batched
@@ -19,12 +27,19 @@ Termination (checked in this order after step 4 of decision t):
     call alone crosses it, the solver is not called; a reply that crosses it does not
     count (final_answer None). The decision gets a 'budget_exceeded' violation (SPEC
     §3: terminal budget violations attach to the last decision before termination).
+  - interactive episodes: the action is played (a reply that crossed the budget
+    above is never played, so an exhausted budget is unsuccessful) and its reply is
+    z_{t+1}; 'env_end' when the environment is done (success, failure or its own
+    step limit), else 'rollout_limit' as below (the decision limit is separate from
+    the environment's step limit: a help command costs a decision, not a step).
+    Their solver never ends an episode by answering.
   - 'answer': the solver gave a final answer.
   - 'env_end': the observation schedule is exhausted (the solver continued but the
     environment has nothing more to reveal).
   - 'rollout_limit': t + 1 == max_decisions; also a 'budget_exceeded' violation on
     the decision (decision: the rollout limit is the interaction budget of SPEC §3).
-  A terminated episode still gets s_{t+1} = T_e(s̃_t, b_t, ∅): its task action enters H.
+  A terminated schedule episode still gets s_{t+1} = T_e(s̃_t, b_t, ∅): its task action
+  enters H; a terminated interactive episode gets the last reply as z_{t+1} too.
 The solver input of a decision after which no observation can come (the schedule is
 exhausted or the rollout limit is reached) has `final=True`: the solver must answer
 then (paper C.1: when the passages run out the solver answers).
@@ -49,6 +64,7 @@ import dataclasses
 from typing import Callable, Optional, Sequence
 
 from vermem_jax.envs import episode_types
+from vermem_jax.envs import interactive
 from vermem_jax.envs import task_solvers
 from vermem_jax.envs.episode_types import (  # noqa: F401  (re-exported)
     SOLVER_READS, SOLVER_READS_CONTEXT, SOLVER_READS_LTM, TERMINATION_REASONS,
@@ -114,7 +130,7 @@ def solver_input(spec: EpisodeSpec, state: mstate.MemoryState, *,
   the records' provenance and the spec's private stale texts (oracle only). `final`:
   no observation follows this call (the solver must answer now)."""
   reads = spec.answer_context
-  return task_solvers.SolverInput(task_id=spec.example.id, question=state.q,
+  return task_solvers.SolverInput(task_id=spec.task_id, question=state.q,
                                   context=render_solver_context(state, reads),
                                   source_refs=context_evidence(state, reads),
                                   records=solver_records(state, reads),
@@ -123,6 +139,9 @@ def solver_input(spec: EpisodeSpec, state: mstate.MemoryState, *,
 
 
 _NOT_ASKED = episode_types.NOT_ASKED
+# The task state x_t shows during an interactive episode (our wording).
+ENV_TASK_STATE_START = "acting in the environment; no action played yet"
+ENV_TASK_STATE = "acting in the environment; {steps} actions played, the latest: {action}"
 
 
 @dataclasses.dataclass
@@ -139,6 +158,9 @@ class _Live:
   task_steps: int = 0
   final_answer: Optional[str] = None
   terminated_by: Optional[str] = None
+  success: bool = False
+  progress: float = 0.0
+  env_steps: int = 0
 
   @property
   def online_tokens(self) -> int:
@@ -146,9 +168,12 @@ class _Live:
 
   @property
   def last_decision(self) -> bool:
-    """No observation can follow the current decision (schedule or rollout limit)."""
+    """No observation can follow the current decision (schedule or rollout limit;
+    an interactive environment always replies)."""
     t = len(self.decisions)
-    return t >= len(self.spec.observations) or t + 1 >= self.max_decisions
+    if t + 1 >= self.max_decisions:
+      return True
+    return self.spec.env is None and t >= len(self.spec.observations)
 
   def over_budget(self, extra: int = 0) -> bool:
     return (self.token_budget is not None
@@ -180,8 +205,14 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
 
   Raises:
     ValueError: the policy or solver returned a different number of outputs than
-      inputs, or a spec has max_decisions < 1.
+      inputs, a spec has max_decisions < 1, or two specs share one interactive env.
+    envs.interactive.EnvStateError: an interactive spec's env is not reset or is
+      already done.
   """
+  envs = [id(s.env) for s in episodes if s.env is not None]
+  if len(set(envs)) != len(envs):
+    raise ValueError("two episodes share one interactive environment; build one spec "
+                     "(and env) per episode")
   live = []
   for spec in episodes:
     max_dec = spec.max_decisions if spec.max_decisions is not None else (
@@ -235,7 +266,8 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
       final_answer=ep.final_answer, terminated_by=ep.terminated_by,
       policy_input_tokens=ep.tokens[0], policy_output_tokens=ep.tokens[1],
       solver_input_tokens=ep.tokens[2], solver_output_tokens=ep.tokens[3],
-      task_steps=ep.task_steps, tool_calls=ep.tool_calls) for ep in live]
+      task_steps=ep.task_steps, tool_calls=ep.tool_calls, success=ep.success,
+      progress=ep.progress, env_steps=ep.env_steps) for ep in live]
 
 
 def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
@@ -250,23 +282,29 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
   violations = list(tr.violations)
 
   observation = None
+  action = env_step = None
   if ep.over_budget():
     ep.terminated_by = "token_budget"
     violations.append(_violation(
         "budget_exceeded", ep.config,
         f"online tokens {ep.online_tokens} exceed the episode budget {ep.token_budget}"))
+  elif ep.spec.env is not None:
+    if b is not _NOT_ASKED:
+      action, env_step, observation = _play(ep, b)
+    if env_step is not None and env_step.done:
+      ep.terminated_by = "env_end"
   elif b.kind == task_solvers.ANSWER:
     ep.terminated_by = "answer"
     ep.final_answer = b.answer
   elif t >= len(ep.spec.observations):
     ep.terminated_by = "env_end"
-  elif t + 1 >= ep.max_decisions:
+  elif t + 1 < ep.max_decisions:
+    observation = ep.spec.observations[t]
+  if ep.terminated_by is None and t + 1 >= ep.max_decisions:
     ep.terminated_by = "rollout_limit"
     violations.append(_violation(
         "budget_exceeded", ep.config,
-        f"rollout limit of {ep.max_decisions} decisions reached without an answer"))
-  else:
-    observation = ep.spec.observations[t]
+        f"rollout limit of {ep.max_decisions} decisions reached before the task ended"))
 
   if observation is None:
     next_state, overflow = interaction.interact(
@@ -290,6 +328,22 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
       step=t, policy_input=x, policy_output=out, op=tr.op, accepted=tr.accepted,
       violations=tuple(violations), cost=cost, is_tool_call=tr.is_tool_call,
       transition_message=tr.message, state=ep.state, state_after_memory=tr.state_after,
-      next_state=next_state, solver_output=b, observation=observation, transition=tr))
+      next_state=next_state, solver_output=b, observation=observation, transition=tr,
+      action=action, env_step=env_step))
   ep.state = next_state
   return ep.terminated_by is None
+
+
+def _play(ep: _Live, b: task_solvers.SolverOutput):
+  """Plays b_t in the episode's interactive env: (action, Step, Observation z_{t+1}).
+
+  The action is b_t's parsed action, else its raw text (the environment then says it
+  did not understand, and the step counts)."""
+  action = interactive.normalize_action(b.action if b.action is not None else b.text)
+  step = ep.spec.env.step(action)
+  ep.success = bool(step.success)
+  ep.progress = float(step.progress)
+  ep.env_steps = int(step.info.get("steps", ep.env_steps))
+  obs = Observation(text=step.observation, task_state=ENV_TASK_STATE.format(
+      steps=ep.env_steps, action=action or "(none)"))
+  return action, step, obs

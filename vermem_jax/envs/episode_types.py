@@ -9,7 +9,7 @@ from there.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from vermem_jax import config_util
 from vermem_jax.envs import hotpotqa
@@ -63,13 +63,22 @@ class Observation:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeSpec:
-  """A task instance ready to run: the initial state and its environment schedule.
+  """A task instance ready to run: the initial state and its environment, either a
+  fixed schedule of observations (HotpotQA, the training scenarios) or an interactive
+  environment that answers the solver's actions (the agent benchmarks).
 
   Attributes:
     episode_id: unique id of the episode (records, logs).
-    example: the HotpotQA example (labels for rewards / the oracle; never rendered).
+    example: the HotpotQA example (labels for rewards / the oracle; never rendered);
+      None for an interactive-benchmark episode.
     initial_state: s_0 = (q, M_0, C_0, H_0) (memory.MemoryState).
-    observations: z_1, z_2, ... revealed after decisions 0, 1, ...
+    observations: z_1, z_2, ... revealed after decisions 0, 1, ... (schedule episodes;
+      must be empty when `env` is set).
+    env: an `envs.interactive.InteractiveEnv` already reset (its task and first
+      observation are in `initial_state`), or None. The loop plays each solver
+      action with `env.step` and z_{t+1} is the reply; the environment's `done` ends
+      the episode ('env_end') with its success and progress. One spec per env: the
+      loop refuses two live episodes sharing one. The caller closes it.
     phase: 'A' | 'B' | 'C'; selects the allowed operation subspace.
     allowed_ops: explicit op names overriding the phase subspace (None: PHASE_OPS).
     max_decisions: rollout limit (None: EnvConfig.rollout_limit).
@@ -92,7 +101,7 @@ class EpisodeSpec:
       an observation that does not fit stays in H only.
   """
   episode_id: str
-  example: hotpotqa.Example
+  example: Optional[hotpotqa.Example]
   initial_state: mstate.MemoryState
   observations: tuple[Observation, ...] = ()
   phase: str = "C"
@@ -104,8 +113,16 @@ class EpisodeSpec:
   answer_context: str = SOLVER_READS_CONTEXT
   stale_texts: tuple[str, ...] = ()
   evict_oldest_observations: bool = False
+  # Last and defaulted, so positional construction with the fields above still works.
+  env: Optional[Any] = None
 
   def __post_init__(self):
+    if self.example is None and self.env is None:
+      raise ValueError(f"episode {self.episode_id}: needs a HotpotQA example or an "
+                       "interactive environment (env)")
+    if self.env is not None and self.observations:
+      raise ValueError(f"episode {self.episode_id}: an interactive episode gets its "
+                       "observations from env.step; observations must be empty")
     if isinstance(self.stale_texts, str) or not all(
         isinstance(t, str) for t in self.stale_texts):
       raise ValueError(f"episode {self.episode_id}: stale_texts must be a tuple of "
@@ -116,6 +133,12 @@ class EpisodeSpec:
                        f"{SOLVER_READS}, got {self.answer_context!r}")
     if self.answer_from < 0:
       raise ValueError(f"episode {self.episode_id}: answer_from must be >= 0")
+
+  @property
+  def task_id(self) -> str:
+    """The task instance id the solver is told: the HotpotQA question id, else the
+    state's task id (a benchmark instance id)."""
+    return self.example.id if self.example is not None else self.initial_state.task_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +190,10 @@ class DecisionRecord:
     transition: the executor's memory.Transition of u_t on s_t (its parsed `command`,
       None for unparseable text; its `state_after` is s̃_t and its `violations` are
       T_m's only). None only for a record built by hand.
+    action: the action played in the interactive environment after this decision
+      (b_t's action, normalised by the env), or None (no env, or no solver call).
+    env_step: what `env.step(action)` returned (`envs.interactive.Step`:
+      observation, done, success, progress, info), or None.
   """
   step: int
   policy_input: str
@@ -184,6 +211,8 @@ class DecisionRecord:
   observation: Optional[Observation]
   # Last and defaulted, so positional construction with the fields above still works.
   transition: Optional[mexec.Transition] = None
+  action: Optional[str] = None
+  env_step: Optional[Any] = None
 
   @property
   def command(self) -> str:
@@ -210,6 +239,12 @@ class EpisodeResult:
     solver_output_tokens: token sums over the episode's calls.
     task_steps: solver calls.
     tool_calls: non-null tool calls (TC).
+    success: interactive episodes: the benchmark's own success signal at the end
+      (False when the token budget or the decision limit stopped it first); False
+      for schedule episodes (HotpotQA success is scored from the answer).
+    progress: interactive episodes: the running-best progress in [0, 1] (PDDL's
+      progress rate; 1.0 on success); 0.0 for schedule episodes.
+    env_steps: actions the environment counted (help commands excluded).
   """
   spec: EpisodeSpec
   decisions: tuple[DecisionRecord, ...]
@@ -222,6 +257,9 @@ class EpisodeResult:
   solver_output_tokens: int
   task_steps: int
   tool_calls: int
+  success: bool = False
+  progress: float = 0.0
+  env_steps: int = 0
 
   @property
   def online_tokens(self) -> int:

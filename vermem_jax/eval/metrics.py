@@ -3,10 +3,12 @@
 `episode_record(result, ...)` turns one finished `EpisodeResult` into a JSON-ready
 dict (one JSONL line) that keeps everything a figure needs:
 
-  question_id, policy, seed, budget (the hard online-token budget, None = none),
+  question_id (HotpotQA) or instance_id and benchmark (interactive benchmarks),
+  policy, seed, budget (the hard online-token budget, None = none),
   answer (the solver's final answer or None), reference (the label, for scoring only),
   terminated_by;
-  em, f1          official HotpotQA normalization (eval.hotpotqa_metrics);
+  em, f1          official HotpotQA normalization (eval.hotpotqa_metrics); None on
+                  the interactive benchmarks;
   j_judge, mq     answer / memory-quality judge scores in [0, 1], None when no judge
                   ran (filled by `eval.judges`; never replaced by another number);
   sf_recall       supporting-fact recall of what the solver saw: the share of the
@@ -19,15 +21,22 @@ dict (one JSONL line) that keeps everything a figure needs:
                   tool); tc_executed (accepted) and tc_rejected apart;
   decisions, invalid (decisions T_m rejected, unparseable included), op_counts;
   final_ltm       contents of the active terminal LTM entries (what MQ judges);
-  success         the benchmark's success flag (`success_flag`);
+  success         the benchmark's success flag: HotpotQA `success_flag`; on the
+                  interactive benchmarks the environment's own (EpisodeResult.success);
+  progress        interactive benchmarks: running-best progress in [0, 1] (PDDL's
+                  progress rate; 1.0 on success); env_steps (actions the environment
+                  counted) and invalid_actions (actions it did not understand or
+                  could not play);
   steps           one dict per decision: command, op, accepted, tool call, violation
-                  kinds, cost, the four token counts, the solver's kind and answer.
+                  kinds, cost, the four token counts, the solver's kind and answer
+                  (interactive: also the action played and whether it was valid).
 
 `summarize(records)` gives the means over one policy's episodes of one seed:
 EM, F1, J_judge, MQ (None when absent), SF recall, TN, TC (+ executed / rejected),
 invalid rate (rejected / decisions), op mix (share of decisions per op), success rate
-(percent), answered rate, judge fallbacks. Any benchmark with a success flag per
-episode can use `summarize` and the frontier; the HotpotQA fields are optional.
+(percent), progress rate (percent, PR = 100 x mean progress), answered rate, judge
+fallbacks. Any benchmark with a success flag per episode can use `summarize` and the
+frontier; the HotpotQA fields are optional (None when absent).
 """
 
 from __future__ import annotations
@@ -43,7 +52,8 @@ from vermem_jax.eval import hotpotqa_metrics
 SUCCESS_RULES = ('auto', 'em', 'judge')
 # Means reported by `summarize` (None entries stay None when no record has a value).
 MEAN_FIELDS = ('em', 'f1', 'j_judge', 'mq', 'sf_recall', 'tn', 'tn_policy', 'tn_solver',
-               'tc', 'tc_executed', 'tc_rejected', 'decisions')
+               'tc', 'tc_executed', 'tc_rejected', 'decisions', 'progress', 'env_steps',
+               'invalid_actions')
 
 
 def solver_seen_evidence(result: environment.EpisodeResult) -> frozenset[str]:
@@ -64,31 +74,48 @@ def supporting_fact_recall(seen: Iterable[str], example: hotpotqa.Example) -> fl
 def decision_row(d: environment.DecisionRecord) -> dict[str, Any]:
   """One decision of the JSONL record (tokens of both calls of step t)."""
   b = d.solver_output
-  return {'step': d.step, 'command': d.command, 'op': d.op, 'accepted': d.accepted,
-          'tool_call': d.is_tool_call, 'violations': [v.kind for v in d.violations],
-          'cost': d.cost, 'policy_input_tokens': d.policy_output.input_tokens,
-          'policy_output_tokens': d.policy_output.output_tokens,
-          'solver_called': d.solver_called, 'solver_input_tokens': b.input_tokens,
-          'solver_output_tokens': b.output_tokens, 'solver_kind': b.kind,
-          'solver_answer': b.answer}
+  row = {'step': d.step, 'command': d.command, 'op': d.op, 'accepted': d.accepted,
+         'tool_call': d.is_tool_call, 'violations': [v.kind for v in d.violations],
+         'cost': d.cost, 'policy_input_tokens': d.policy_output.input_tokens,
+         'policy_output_tokens': d.policy_output.output_tokens,
+         'solver_called': d.solver_called, 'solver_input_tokens': b.input_tokens,
+         'solver_output_tokens': b.output_tokens, 'solver_kind': b.kind,
+         'solver_answer': b.answer}
+  if d.env_step is not None:
+    row.update(action=d.action, action_valid=bool(d.env_step.info.get('valid', True)),
+               progress=d.env_step.progress)
+  return row
 
 
 def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
                    budget: Optional[int] = None) -> dict[str, Any]:
-  """The JSON record of one HotpotQA evaluation episode (module docstring); `success`
-  is set to EM = 1 here and replaced by `apply_success_rule` once judges ran."""
+  """The JSON record of one evaluation episode (module docstring). HotpotQA:
+  `success` is set to EM = 1 here and replaced by `apply_success_rule` once judges
+  ran. Interactive benchmark (no example): success and progress are the
+  environment's, the HotpotQA fields None."""
   ex = result.spec.example
   answer = result.final_answer
-  em = hotpotqa_metrics.exact_match(answer, ex.answer) if answer is not None else 0.0
-  f1 = hotpotqa_metrics.f1_score(answer, ex.answer) if answer is not None else 0.0
+  if ex is not None:
+    em = hotpotqa_metrics.exact_match(answer, ex.answer) if answer is not None else 0.0
+    f1 = hotpotqa_metrics.f1_score(answer, ex.answer) if answer is not None else 0.0
+    task = {'question_id': ex.id, 'reference': ex.answer, 'em': em, 'f1': f1,
+            'sf_recall': supporting_fact_recall(solver_seen_evidence(result), ex),
+            'success': em == 1.0}
+  else:
+    env = result.spec.env
+    task = {'instance_id': result.spec.task_id,
+            'benchmark': getattr(env, 'benchmark', ''), 'em': None, 'f1': None,
+            'sf_recall': None, 'success': bool(result.success),
+            'progress': float(result.progress), 'env_steps': int(result.env_steps),
+            'invalid_actions': sum(d.env_step is not None and not d.env_step.info.get(
+                'valid', True) for d in result.decisions)}
   ops = collections.Counter(d.op for d in result.decisions)
   executed = sum(d.is_tool_call and d.accepted for d in result.decisions)
   return {
-      'question_id': ex.id, 'episode_id': result.spec.episode_id, 'policy': policy,
-      'seed': int(seed), 'budget': budget, 'answer': answer, 'reference': ex.answer,
-      'terminated_by': result.terminated_by, 'em': em, 'f1': f1,
+      **task, 'episode_id': result.spec.episode_id, 'policy': policy,
+      'seed': int(seed), 'budget': budget, 'answer': answer,
+      'terminated_by': result.terminated_by,
       'j_judge': None, 'mq': None, 'judge_fallback': None, 'mq_fallback': None,
-      'sf_recall': supporting_fact_recall(solver_seen_evidence(result), ex),
       'tn': result.online_tokens,
       'tn_policy': result.policy_input_tokens + result.policy_output_tokens,
       'tn_solver': result.solver_input_tokens + result.solver_output_tokens,
@@ -98,7 +125,6 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
       'invalid': sum(not d.accepted for d in result.decisions),
       'op_counts': dict(sorted(ops.items())),
       'final_ltm': [e.content for e in result.final_state.active_entries()],
-      'success': em == 1.0,
       'steps': [decision_row(d) for d in result.decisions],
   }
 
@@ -142,7 +168,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   Returns:
     {'n': episodes, <field>: mean for MEAN_FIELDS (None when no record has one; for
     j_judge / mq the mean over the scored episodes, with 'j_judge_scored' /
-    'mq_scored' counts), 'success_rate' (percent), 'answered_rate' (percent),
+    'mq_scored' counts), 'success_rate' (percent), 'progress_rate' (percent, 100 x
+    mean progress; None without progress), 'answered_rate' (percent; None when no
+    record is a question),
     'invalid_rate' (rejected decisions / decisions), 'op_mix' ({op: share of
     decisions}), 'judge_fallbacks', 'mq_fallbacks' (counts)}.
 
@@ -158,8 +186,11 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   out['j_judge_scored'] = sum(r.get('j_judge') is not None for r in records)
   out['mq_scored'] = sum(r.get('mq') is not None for r in records)
   out['success_rate'] = 100.0 * _mean([float(bool(r['success'])) for r in records])
-  out['answered_rate'] = 100.0 * _mean([float(r.get('answer') is not None)
-                                        for r in records])
+  out['progress_rate'] = (None if out['progress'] is None
+                          else 100.0 * out['progress'])
+  questions = [r for r in records if 'instance_id' not in r]  # not a benchmark's
+  out['answered_rate'] = (100.0 * _mean([float(r.get('answer') is not None)
+                                         for r in questions]) if questions else None)
   decisions = sum(int(r.get('decisions', 0)) for r in records)
   out['invalid_rate'] = (sum(int(r.get('invalid', 0)) for r in records) / decisions
                          if decisions else None)

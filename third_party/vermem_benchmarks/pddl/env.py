@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
+import heapq
 import io
 import os
 import warnings
@@ -43,6 +44,8 @@ class PDDLConfig:
     count_initial_state: progress also counts the initial state's satisfied goals.
     observation: 'full' (every observation lists the whole state, AgentBoard's choice
       for blocks and gripper) or 'changes' (what became true / false).
+    plan_search_expansions: state expansions the gold-plan search may spend per
+      problem (`PDDLBenchmark.gold_plan`; the gold-plan stand-in solver only).
   """
   domains: tuple[str, ...] = ("blocks", "gripper")
   problems: tuple[str, ...] = ()
@@ -51,6 +54,7 @@ class PDDLConfig:
   max_steps: int = 50
   count_initial_state: bool = False
   observation: str = "full"
+  plan_search_expansions: int = 20000
 
   def __post_init__(self):
     object.__setattr__(self, "domains", tuple(self.domains))
@@ -243,6 +247,39 @@ class PDDLEnv(interactive.InteractiveEnv):
   def _valid_actions(self):
     return sorted(ptext.action_text(l) for l in self._valid_literals())
 
+  def search_plan(self, max_expansions: int) -> Optional[list[str]]:
+    """A plan from the initial state: greedy best-first search over ground actions,
+    ordered by the number of unmet goal literals (ties: fewer actions, then the
+    action texts), states never expanded twice. Not optimal; None when
+    `max_expansions` states were expanded without reaching the goal. Resets the env.
+    """
+    pddlgym = _import_pddlgym()
+    self.reset()
+    start = self._state
+    goal = self._goal
+    domain = self._env.domain
+    space = self._env.action_space
+    def unmet(state):
+      return round((1.0 - goal_fraction(state.literals, goal)) * len(goal))
+    frontier = [(unmet(start), 0, (), start)]
+    seen = {start.literals}
+    expanded = 0
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      while frontier and expanded < max_expansions:
+        h, depth, plan, state = heapq.heappop(frontier)
+        if h == 0:
+          return list(plan)
+        expanded += 1
+        for lit in sorted(space.all_ground_literals(state), key=ptext.action_text):
+          nxt = pddlgym.core.get_successor_state(state, lit, domain)
+          if nxt.literals in seen:
+            continue
+          seen.add(nxt.literals)
+          heapq.heappush(frontier, (unmet(nxt), depth + 1,
+                                    plan + (ptext.action_text(lit),), nxt))
+    return None
+
 
 ACTION_PROMPT = (
     "The environment is a PDDL planning problem described in words. Write actions the "
@@ -265,7 +302,11 @@ class PDDLBenchmark:
     return PDDLEnv(instance, config)
 
   def gold_plan(self, instance: PDDLInstance, config: PDDLConfig) -> Optional[list]:
-    """pddlgym ships no plans; None (tests write theirs by hand)."""
-    del instance, config
-    return None
+    """pddlgym ships no plans: one found by `PDDLEnv.search_plan` (greedy best-first,
+    `config.plan_search_expansions` states at most), or None when none was found."""
+    env = PDDLEnv(instance, config)
+    try:
+      return env.search_plan(config.plan_search_expansions)
+    finally:
+      env.close()
 

@@ -11,11 +11,12 @@ if importlib.util.find_spec("scienceworld") is None:
 
 from vermem_benchmarks.scienceworld.env import (  # noqa: E402
     ACTION_PROMPT, JAVA_HINT, POOL, ScienceWorldBenchmark, ScienceWorldConfig,
-    ScienceWorldEnv, ScienceWorldInstance, check_runtime, gold_plan, instances,
-    java_version)
+    ScienceWorldEnv, ScienceWorldInstance, canonical_listing, check_runtime, gold_plan,
+    instances, java_version)
 
 BENCHMARK = ScienceWorldBenchmark()
 
 __all__ = ["ACTION_PROMPT", "BENCHMARK", "JAVA_HINT", "POOL", "ScienceWorldBenchmark",
            "ScienceWorldConfig", "ScienceWorldEnv", "ScienceWorldInstance",
-           "check_runtime", "gold_plan", "instances", "java_version"]
+           "canonical_listing", "check_runtime", "gold_plan", "instances",
+           "java_version"]

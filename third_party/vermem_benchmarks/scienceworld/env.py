@@ -7,6 +7,11 @@ the benchmark's partial progress; success is the task completed (score 100). A
 negative score means the task failed (e.g. focusing on the wrong object) and ends the
 episode.
 
+The simulator lists a room's objects in an order that can change between two loads of
+the same variation (the world is the same; e.g. three cups of paint in another order).
+The adapter sorts each block of listed lines (`canonical_listing`), so an episode's
+observations, and an LLM solver's replies to them, are reproducible.
+
 The simulator runs on a Java 17 JVM started by py4j. Starting one takes seconds, so
 closed environments hand their JVM to a small pool that later episodes reuse; the pool
 is shut down at interpreter exit.
@@ -98,6 +103,21 @@ def java_version() -> Optional[int]:
     return None
   major = int(m.group(1))
   return int(m.group(2)) if major == 1 and m.group(2) else major  # "1.8" -> 8
+
+
+def canonical_listing(text: str) -> str:
+  """`text` with every run of consecutive tab-indented lines (the simulator's object
+  listings) sorted; other lines keep their place."""
+  out: list[str] = []
+  block: list[str] = []
+  for line in text.split("\n"):
+    if line.startswith("\t"):
+      block.append(line)
+      continue
+    out += sorted(block)
+    block = []
+    out.append(line)
+  return "\n".join(out + sorted(block))
 
 
 def check_runtime() -> None:
@@ -212,7 +232,7 @@ class ScienceWorldEnv(interactive.InteractiveEnv):
     s.load(self.instance.task, self.instance.variation, self.instance.simplification)
     obs, info = s.reset()
     self._valid = list(info.get("valid", []))
-    return (s.get_task_description(), obs.strip(),
+    return (s.get_task_description(), canonical_listing(obs.strip()),
             {"task": self.instance.task, "variation": self.instance.variation})
 
   def _step(self, action: str):
@@ -222,7 +242,7 @@ class ScienceWorldEnv(interactive.InteractiveEnv):
     success = score >= 100
     failed = score < 0
     done = bool(completed) or success or failed
-    text = obs.strip()
+    text = canonical_listing(obs.strip())
     if success:
       text += "\nThe task is complete."
     elif failed:
