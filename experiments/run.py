@@ -6,6 +6,8 @@ r"""Runs one phase of the VerMem curriculum (SPEC §4): sft -> phase_a -> phase_
     python experiments/run.py --config=phase_a --config.rl.learning_rate=3e-6
     python experiments/run.py --config=phase_c.py --dry_run       # print config + plan
     python experiments/run.py --config=eval_hotpotqa.py --workdir=workdir  # evaluate
+    python experiments/run.py --config=eval_pddl.py --workdir=workdir      # a benchmark
+    python experiments/run.py --config=table2.py --workdir=workdir         # Table 2
 
 `--config` takes a path or a bare name (`phase_b`, `phase_b.py`) resolved against
 experiments/configs/; text after ':' is the scale argument. Any field can be overridden
@@ -25,6 +27,10 @@ with exit status 2. `--dry_run` writes nothing and reports config problems as wa
 and every phase with a checkpoint, or `--config.eval.policies`) on the HotpotQA
 validation questions and writes tables, JSON, per-episode JSONL and figures to
 `<workdir>/eval_hotpotqa/` (vermem_jax/train/evaluate.py), printing the table.
+`eval_alfworld.py`, `eval_scienceworld.py`, `eval_pddl.py` and `eval_babyai.py` do the
+same on an interactive benchmark's test instances (`<workdir>/eval_<benchmark>/`), and
+`table2.py` gathers the evaluations found in the workdir into Table 2 and the
+efficiency frontier (`<workdir>/table2/`; vermem_jax/eval/table2.py).
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ from experiments.configs.parts import validation  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Phase config: a path or a name in experiments/configs/ '
-    '(sft, phase_a, phase_b, phase_c, eval_hotpotqa), optionally with ":scale=paper".',
+    '(sft, phase_a, phase_b, phase_c, eval_hotpotqa, eval_alfworld, eval_scienceworld, '
+    'eval_pddl, eval_babyai, table2), optionally with ":scale=paper".',
     lock_config=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Run directory (one sub-directory per phase); default: '
@@ -134,6 +141,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
       config, None if override_args is None else [p for p, _ in override_args])
   if config.phase in curriculum.EVAL_CONFIGS:
     return _run_eval(config, workdir, overrides, dry_run=dry_run)
+  if config.phase in curriculum.AGGREGATE_CONFIGS:
+    return _run_table2(config, workdir, dry_run=dry_run)
   if dry_run:
     return _dry_run(config, workdir, overrides, flag_texts)
   validation.validate_config(config, check_paths=True)
@@ -207,10 +216,34 @@ def _run_eval(config: ml_collections.ConfigDict, workdir: str,
     logging.warning('%s holds no phase checkpoint: evaluating Base only', workdir)
   preflight.check_workdir_writable(workdir)
   from vermem_jax.train import evaluate  # pylint: disable=g-import-not-at-top
-  with workdir_lock.phase_lock(workdir, evaluate.OUTPUT_SUBDIR):
+  with workdir_lock.phase_lock(workdir, evaluate.output_subdir(config)):
     result = evaluate.run_evaluation(config, workdir)
   print(result['table'])
   print(evaluate.summary_line(result) + f' ({result["wall_time_s"]:.1f}s)')
+  return [config.phase]
+
+
+def _run_table2(config: ml_collections.ConfigDict, workdir: str, *,
+                dry_run: bool) -> list[str]:
+  """Builds Table 2 and the frontier from `<workdir>/eval_*/results.json`; prints it."""
+  from vermem_jax.eval import table2  # pylint: disable=g-import-not-at-top
+  validation.validate_config(config)
+  by_bench = table2.collect_workdir(workdir)
+  if dry_run:
+    print(f'plan: table2 from {", ".join(by_bench) or "no evaluation"} in {workdir}')
+    return [config.phase]
+  if not by_bench:
+    raise ValueError(f'{workdir} holds no eval_<benchmark>/results.json; run '
+                     'experiments/run.py --config=eval_<benchmark>.py there first')
+  table = table2.build(table2.workdir_rows(by_bench), by_bench,
+                       target_success=float(config.eval.target_success),
+                       target_budget=float(config.eval.target_budget),
+                       frontier_benchmarks=tuple(config.eval.frontier_benchmarks))
+  out_dir = config.eval.output_dir or os.path.join(workdir, 'table2')
+  paths = table2.write(out_dir, table)
+  print(table2.markdown(table))
+  print(f'table2 written to {out_dir}: table2.md/.csv/.json'
+        + (', frontier_table2.png' if paths.get('frontier') else ''))
   return [config.phase]
 
 

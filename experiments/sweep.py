@@ -6,6 +6,7 @@ then evaluation and the Table-2 / Table-5 style aggregation (paper C.4, C.8; SPE
         --extra='--config.model.hf_checkpoint=/ckpt/Qwen2.5-7B-Instruct'
     python experiments/sweep.py --root=runs/tiny --seeds=42 --modes=full,no_verify \
         --eval_questions=8                                   # a small local sweep
+    python experiments/sweep.py --root=runs/tiny --benchmarks=hotpotqa,pddl,babyai
     python experiments/sweep.py --root=runs/paper --tables_only
 
 Layout and order (each step one `experiments/run.py` command, run here in order, or
@@ -15,10 +16,16 @@ printed by --dry_run):
      mode; every mode starts from the same θ_SFT, paper C.4);
   2. per seed s and mode m: `<root>/<m>/seed_<s>/sft` links to that SFT run, then
      phase_a, phase_b, phase_c with `--config.advantage.mode=m --config.seed=s`;
-  3. per mode m: the HotpotQA evaluation of `<root>/<m>` over all seeds (each seed
-     evaluates its own `seed_<s>/` checkpoints); Base is evaluated with the first mode;
-  4. the tables: `<root>/tables/table2.md`, `table5.md`, `tables.json`
-     (`vermem_jax.eval.paper_tables`).
+  3. per mode m and benchmark b of `--benchmarks`: the evaluation `eval_<b>` of
+     `<root>/<m>` over all seeds (each seed evaluates its own `seed_<s>/`
+     checkpoints); Base is evaluated with the first mode;
+  4. the tables: `<root>/tables/table2.md` (+ .csv, .json, frontier_table2.png: the
+     five benchmarks, Average and the efficiency frontier), `table5.md`, `tables.json`
+     (`vermem_jax.eval.paper_tables`, `vermem_jax.eval.table2`).
+
+`--benchmarks` defaults to all five (hotpotqa, alfworld, scienceworld, pddl, babyai)
+at paper scale and to hotpotqa at the tiny scale (ALFWorld needs its game files; add
+the others to a tiny sweep by name).
 
 Modes are the paper's ablation rows: full (VerMem), no_verify (VerMem-noVerify),
 plus_local (+Local) and plus_global (+Global). `--extra` flags are appended to every
@@ -44,6 +51,8 @@ if str(_REPO_ROOT) not in sys.path:
 RUN = 'experiments/run.py'
 MODES = ('full', 'no_verify', 'plus_local', 'plus_global')
 RL_PHASES = ('phase_a', 'phase_b', 'phase_c')
+BENCHMARKS = ('hotpotqa', 'alfworld', 'scienceworld', 'pddl', 'babyai')
+DEFAULT_BENCHMARKS = {'tiny': ('hotpotqa',), 'paper': BENCHMARKS}
 
 
 def _run_cmd(config: str, scale: str, workdir: str, flags: Sequence[str]) -> list[str]:
@@ -53,8 +62,8 @@ def _run_cmd(config: str, scale: str, workdir: str, flags: Sequence[str]) -> lis
 
 
 def plan(root: str, *, seeds: Sequence[int], modes: Sequence[str], scale: str,
-         extra: Sequence[str] = (), eval_questions: int | None = None
-         ) -> list[tuple[str, list[str]]]:
+         extra: Sequence[str] = (), eval_questions: int | None = None,
+         benchmarks: Sequence[str] = ('hotpotqa',)) -> list[tuple[str, list[str]]]:
   """The sweep's steps in order: (kind, argv) with kind 'run' (a run.py command),
   'link' (argv = [target, link name]) or 'tables' (argv = [root, *modes])."""
   steps: list[tuple[str, list[str]]] = []
@@ -73,8 +82,9 @@ def plan(root: str, *, seeds: Sequence[int], modes: Sequence[str], scale: str,
     flags = [seeds_flag, f'--config.eval.policies={policies}']
     if eval_questions is not None:
       flags.append(f'--config.eval.num_questions={eval_questions}')
-    steps.append(('run', _run_cmd('eval_hotpotqa', scale, os.path.join(root, m),
-                                  [*flags, *extra])))
+    for b in benchmarks:
+      steps.append(('run', _run_cmd(f'eval_{b}', scale, os.path.join(root, m),
+                                    [*flags, *extra])))
   steps.append(('tables', [root, *modes]))
   return steps
 
@@ -95,8 +105,8 @@ def write_tables(root: str, modes: Sequence[str]) -> None:
   from vermem_jax.eval import paper_tables  # pylint: disable=import-outside-toplevel
   by_mode = paper_tables.collect(root, modes)
   if not by_mode:
-    raise FileNotFoundError(f'no <mode>/eval_hotpotqa/results.json under {root} for '
-                            f'modes {list(modes)}; run the evaluations first')
+    raise FileNotFoundError(f'no <mode>/eval_<benchmark>/results.json under {root} '
+                            f'for modes {list(modes)}; run the evaluations first')
   paths = paper_tables.write_tables(os.path.join(root, 'tables'), by_mode)
   for key in ('table2', 'table5'):
     with open(paths[key]) as f:
@@ -131,7 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  help=f'comma-separated advantage modes from {MODES}')
   p.add_argument('--extra', default='', help='flags appended to every run.py command')
   p.add_argument('--eval_questions', type=int, default=None,
-                 help='questions per seed (default: the config scale\'s)')
+                 help='questions / instances per seed (default: the config scale\'s)')
+  p.add_argument('--benchmarks', default=None,
+                 help=f'comma-separated, from {BENCHMARKS}; default: all at paper '
+                 'scale, hotpotqa at tiny')
   p.add_argument('--dry_run', action='store_true', help='print the commands only')
   p.add_argument('--tables_only', action='store_true',
                  help='only build the tables from finished evaluations')
@@ -147,16 +160,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f'error: --modes must name some of {MODES} and --seeds at least one seed; '
           f'got modes={modes}, seeds={seeds}', file=sys.stderr)
     return 2
+  benchmarks = (DEFAULT_BENCHMARKS[args.scale] if args.benchmarks is None else
+                [b.strip() for b in args.benchmarks.split(',') if b.strip()])
+  if not benchmarks or any(b not in BENCHMARKS for b in benchmarks):
+    print(f'error: --benchmarks must name some of {BENCHMARKS}; got {args.benchmarks!r}',
+          file=sys.stderr)
+    return 2
   root = os.path.abspath(args.root)
   if args.tables_only:
     try:
       write_tables(root, modes)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
       print(f'error: {e}', file=sys.stderr)
       return 2
     return 0
   steps = plan(root, seeds=seeds, modes=modes, scale=args.scale,
-               extra=shlex.split(args.extra), eval_questions=args.eval_questions)
+               extra=shlex.split(args.extra), eval_questions=args.eval_questions,
+               benchmarks=benchmarks)
   if args.dry_run:
     for step in steps:
       print(describe(step))

@@ -5,15 +5,12 @@ import subprocess
 import sys
 
 import chat_server
-import jax
 import pytest
 
 from experiments.configs import common
-from vermem_jax.models import qwen
 from vermem_jax.train import checkpoints
 from vermem_jax.train import eval_policies
 from vermem_jax.train import evaluate
-from vermem_jax.train import setup as setup_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,14 +29,8 @@ def eval_config(tmp_path, **eval_fields):
 
 
 @pytest.fixture(scope='module')
-def workdir(tmp_path_factory):
-  """A workdir whose SFT phase holds one random tiny checkpoint."""
-  wd = tmp_path_factory.mktemp('wd')
-  c = common.get_config('sft')
-  params = qwen.init_params(setup_lib.model_config_from(c), jax.random.PRNGKey(0))
-  with checkpoints.PhaseCheckpointManager(wd / 'sft') as m:
-    m.save(checkpoints.TrainState(step=3, params=params))
-  return str(wd)
+def workdir(random_sft_workdir):
+  return random_sft_workdir
 
 
 def _jsonl(path):

@@ -119,19 +119,26 @@ def _fmt(stats: Optional[Mapping[str, Any]], scale: float, decimals: int) -> str
 
 def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
                    judge_label: Optional[str], num_questions: Mapping[str, Any],
-                   seeds: Sequence[int], title: str = 'HotpotQA validation') -> str:
-  """The results table in Markdown (module docstring for units)."""
+                   seeds: Sequence[int], title: str = 'HotpotQA validation',
+                   metrics: Sequence[tuple] = TABLE_METRICS,
+                   judge_text: Optional[str] = None) -> str:
+  """The results table in Markdown (module docstring for units).
+
+  `metrics`: the columns, (summary key, header, scale, decimals) each (default
+  TABLE_METRICS, HotpotQA's); `judge_text` replaces the judge line (a benchmark
+  without a judge says why)."""
   lines = [f'### {title}', '',
            f'Task solver: {solver_label}',
-           'Judge: ' + (judge_label or f'none — J_judge and MQ are {ABSENT}'),
-           f'Seeds: {", ".join(str(s) for s in seeds)}; questions per seed: '
+           judge_text or ('Judge: ' + (judge_label
+                                       or f'none — J_judge and MQ are {ABSENT}')),
+           f'Seeds: {", ".join(str(s) for s in seeds)}; tasks per seed: '
            + ', '.join(f'{k}: {v}' for k, v in num_questions.items()), '']
-  head = ['policy'] + [h for _, h, _, _ in TABLE_METRICS]
+  head = ['policy'] + [h for _, h, _, _ in metrics]
   lines.append('| ' + ' | '.join(head) + ' |')
   lines.append('|' + '|'.join(['---'] * len(head)) + '|')
   for p, entry in agg.items():
     cells = [p]
-    for key, _, scale, dec in TABLE_METRICS:
+    for key, _, scale, dec in metrics:
       cells.append(_fmt(entry.get(key), scale, dec))
     lines.append('| ' + ' | '.join(cells) + ' |')
   ops = sorted({op for e in agg.values() for op in e.get('op_mix', {})})
@@ -146,13 +153,13 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
   return '\n'.join(lines) + '\n'
 
 
-def csv_rows(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str
-             ) -> list[dict[str, Any]]:
+def csv_rows(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
+             metrics: Sequence[tuple] = TABLE_METRICS) -> list[dict[str, Any]]:
   """One row per policy: mean and std of every table metric (unscaled), n seeds."""
   rows = []
   for p, entry in agg.items():
     row: dict[str, Any] = {'policy': p, 'solver': solver_label}
-    for key, _, _, _ in TABLE_METRICS:
+    for key, _, _, _ in metrics:
       st = entry.get(key) or {}
       row[f'{key}_mean'] = st.get('mean')
       row[f'{key}_std'] = st.get('std')
@@ -162,15 +169,16 @@ def csv_rows(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str
   return rows
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+  """`value` with NumPy scalars as Python numbers and non-finite floats as None."""
   if isinstance(value, float) and not math.isfinite(value):
     return None
   if isinstance(value, dict):
-    return {str(k): _json_safe(v) for k, v in value.items()}
+    return {str(k): json_safe(v) for k, v in value.items()}
   if isinstance(value, (list, tuple)):
-    return [_json_safe(v) for v in value]
+    return [json_safe(v) for v in value]
   if isinstance(value, (np.floating, np.integer)):
-    return _json_safe(value.item())
+    return json_safe(value.item())
   return value
 
 
@@ -178,21 +186,25 @@ def write_results(out_dir: str, agg: Mapping[str, Mapping[str, Any]], *,
                   per_seed: Mapping[int, Mapping[str, Any]], meta: Mapping[str, Any],
                   solver_label: str, judge_label: Optional[str],
                   num_questions: Mapping[str, Any], seeds: Sequence[int],
-                  title: str = 'HotpotQA validation') -> dict[str, str]:
-  """Writes results.md, results.csv and results.json; returns {kind: path}."""
+                  title: str = 'HotpotQA validation',
+                  metrics: Sequence[tuple] = TABLE_METRICS,
+                  judge_text: Optional[str] = None) -> dict[str, str]:
+  """Writes results.md, results.csv and results.json; returns {kind: path}
+  (`metrics`, `judge_text` as `markdown_table`)."""
   os.makedirs(out_dir, exist_ok=True)
   paths = {k: os.path.join(out_dir, f'results.{k}') for k in ('md', 'csv', 'json')}
   table = markdown_table(agg, solver_label=solver_label, judge_label=judge_label,
-                         num_questions=num_questions, seeds=seeds, title=title)
+                         num_questions=num_questions, seeds=seeds, title=title,
+                         metrics=metrics, judge_text=judge_text)
   with open(paths['md'], 'w') as f:
     f.write(table)
-  rows = csv_rows(agg, solver_label=solver_label)
+  rows = csv_rows(agg, solver_label=solver_label, metrics=metrics)
   with open(paths['csv'], 'w', newline='') as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ['policy'])
     writer.writeheader()
     writer.writerows(rows)
   with open(paths['json'], 'w') as f:
-    json.dump(_json_safe({'meta': dict(meta), 'solver': solver_label,
+    json.dump(json_safe({'meta': dict(meta), 'solver': solver_label,
                           'judge': judge_label, 'seeds': list(seeds),
                           'per_seed': {str(s): v for s, v in per_seed.items()},
                           'aggregate': agg}), f, indent=1, sort_keys=True)

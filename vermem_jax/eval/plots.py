@@ -22,6 +22,7 @@ BAR_METRICS = (
     ('f1', 'F1 (%)', 100.0),
     ('sf_recall', 'supporting-fact recall (%)', 100.0),
     ('success_rate', 'success rate (%)', 1.0),
+    ('progress_rate', 'progress rate (%)', 1.0),
     ('tn', 'TN (online tokens / episode)', 1.0),
     ('tc', 'TC (tool calls / episode)', 1.0),
     ('invalid_rate', 'invalid commands (%)', 100.0),

@@ -1,25 +1,29 @@
-"""HotpotQA held-out evaluation of a workdir's policies (paper Appendix C; SPEC §7).
+"""Held-out evaluation of a workdir's policies (paper Appendix C; SPEC §7).
 
 `run_evaluation(config, workdir)` evaluates every policy of `config.eval.policies`
 (`train.eval_policies`: Base and the workdir's selected phase checkpoints by default)
-on the HotpotQA validation (distractor) questions, for each seed of `eval.seeds`:
+on one held-out task set, for each seed of `eval.seeds`. The task set is the config's
+suite: HotpotQA validation (distractor) questions for `eval_hotpotqa`
+(`HotpotQASuite` below), or one interactive benchmark's test instances for
+`eval_alfworld` / `eval_scienceworld` / `eval_pddl` / `eval_babyai`
+(`train.eval_benchmark.BenchmarkSuite`). For each seed:
 
-  1. questions: `eval.num_questions` drawn with the seed (fixed order per seed;
-     0 = the whole file, the paper's protocol);
-  2. episodes (`eval.episodes`): one per question, all policies on the same
-     questions, batched (one sampler call per step across the live episodes of a
-     chunk of `eval.batch_size` questions), greedy
-     policy and solver, no verifier, no label in any policy or LLM-solver input;
-  3. records (`eval.metrics`): EM, F1, supporting-fact recall, TN, TC (executed /
-     rejected), invalid commands, op mix; J_judge and MQ from `eval.judge` when a
-     backend is set (absent otherwise); success by `eval.success_rule`;
+  1. tasks: `eval.num_questions` questions or instances drawn with the seed (fixed
+     order per seed; 0 = all of them, the paper's protocol);
+  2. episodes: one per task, all policies on the same tasks, batched (one sampler
+     call per step across the live episodes of a chunk of `eval.batch_size` tasks),
+     greedy policy and solver, no verifier, no label in any policy or LLM-solver input;
+  3. records (`eval.metrics`): TN, TC (executed / rejected), invalid commands, op mix,
+     success; HotpotQA: EM, F1, supporting-fact recall, J_judge and MQ from
+     `eval.judge` when a backend is set (absent otherwise), success by
+     `eval.success_rule`; benchmarks: the environment's success and progress;
   4. the budget frontier (`eval.frontier`): success rate at each `eval.budgets` hard
      budget, derived exactly from the unbudgeted run, or rerun per budget with
      `eval.frontier_reruns`;
 then aggregates over seeds (`eval.aggregate`) and writes to `eval.output_dir`
-(default `<workdir>/eval_hotpotqa/`):
+(default `<workdir>/<config name>/`, e.g. `<workdir>/eval_hotpotqa/`):
 
-  episodes.jsonl     one line per (seed, policy, budget, question): the record with
+  episodes.jsonl     one line per (seed, policy, budget, task): the record with
                      every decision and its tokens (budget null = unbudgeted run);
   results.md / .csv  mean ± std per policy (the solver label on top);
   results.json       every figure (per-seed summaries, frontier curves, meta);
@@ -31,7 +35,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from absl import logging
 import ml_collections
@@ -53,26 +57,92 @@ OUTPUT_SUBDIR = 'eval_hotpotqa'
 TITLE = 'HotpotQA validation (distractor)'
 
 
+def output_subdir(config: ml_collections.ConfigDict) -> str:
+  """The default output folder name: the config's name (eval_hotpotqa, eval_pddl)."""
+  return config.phase if str(config.phase).startswith('eval_') else OUTPUT_SUBDIR
+
+
 def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
-  return config.eval.output_dir or os.path.join(workdir, OUTPUT_SUBDIR)
+  return config.eval.output_dir or os.path.join(workdir, output_subdir(config))
 
 
-def _run_policy(questions, *, base, policy, solver, tok, exec_cfg, label, seed, budget,
-                batch_size):
-  """Records of one policy on `questions`, `batch_size` episodes advancing together
-  (0 = all at once); each chunk's episode results are dropped once recorded."""
-  records = []
-  step = int(batch_size) or max(len(questions), 1)
-  for start in range(0, len(questions), step):
-    specs = [episodes.build_episode(ex, count_tokens=tok.count_tokens,
-                                    context_budget=exec_cfg.context_budget, base=base,
-                                    token_budget=budget)
-             for ex in questions[start:start + step]]
-    results = episodes.run(specs, policy, solver, count_tokens=tok.count_tokens,
-                           executor_config=exec_cfg)
-    records += [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
-                for r in results]
-  return records
+def chunks(items: Sequence[Any], batch_size: int) -> list[Sequence[Any]]:
+  """`items` in consecutive chunks of `batch_size` (0 = one chunk of all)."""
+  step = int(batch_size) or max(len(items), 1)
+  return [items[i:i + step] for i in range(0, len(items), step)]
+
+
+class HotpotQASuite:
+  """The HotpotQA validation questions (eval.episodes), the config's task solver and
+  the answer / memory judges."""
+
+  subdir = OUTPUT_SUBDIR
+  title = TITLE
+  table_metrics = aggregate.TABLE_METRICS
+  judge_text = None  # the table's judge line comes from judge_label
+
+  def __init__(self, config: ml_collections.ConfigDict, *, tok: Any, mesh: Any,
+               exec_cfg: ExecutorConfig):
+    ev = config.eval
+    self.config = config
+    self.tok = tok
+    self.exec_cfg = exec_cfg
+    self.judge_cfg = config_util.dataclass_from_mapping(judges.JudgeConfig,
+                                                        ev.judge.to_dict())
+    self.rule = metrics.resolve_success_rule(ev.success_rule, bool(self.judge_cfg.backend))
+    self.examples = hotpotqa.load_from_config(
+        hotpotqa.DataConfig.from_config(config.data.to_dict()), hotpotqa.VALIDATION)
+    self.by_id = {ex.id: ex for ex in self.examples}
+    self.solver = task_solver_setup.make_task_solver(config, tok, self.examples,
+                                                     mesh=mesh)
+    self.solver_label = task_solver_setup.solver_label(config)
+    self.judge = judges.make_judge(self.judge_cfg, tokenizer=tok)
+    self.judge_label = (f'{self.judge_cfg.backend}: '
+                        f'{self.judge_cfg.model or self.judge_cfg.checkpoint_path}'
+                        if self.judge is not None else None)
+
+  def items(self, seed: int) -> list:
+    return episodes.select_questions(self.examples, int(self.config.eval.num_questions),
+                                     seed)
+
+  def run(self, questions, *, policy, base, budget, label, seed) -> list[dict]:
+    """Records of one policy on `questions`, `eval.batch_size` episodes advancing
+    together; each chunk's episode results are dropped once recorded."""
+    records = []
+    for chunk in chunks(questions, self.config.eval.batch_size):
+      specs = [episodes.build_episode(ex, count_tokens=self.tok.count_tokens,
+                                      context_budget=self.exec_cfg.context_budget,
+                                      base=base, token_budget=budget) for ex in chunk]
+      results = episodes.run(specs, policy, self.solver,
+                             count_tokens=self.tok.count_tokens,
+                             executor_config=self.exec_cfg)
+      records += [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
+                  for r in results]
+    return records
+
+  def score(self, records: list[dict]) -> None:
+    """Judges (when set) and the success rule, in place."""
+    if self.judge is not None:
+      judges.judge_records(records, self.by_id, self.judge)
+    metrics.apply_success_rule(records, self.rule,
+                               float(self.config.eval.judge_success_threshold))
+
+  def meta(self) -> dict[str, Any]:
+    return {'success_rule': self.rule,
+            'judge_counters': (dict(self.judge.counters) if self.judge is not None
+                               else None)}
+
+  def close(self) -> None:
+    if self.judge is not None:
+      self.judge.close()
+
+
+def make_suite(config: ml_collections.ConfigDict, **kwargs: Any) -> Any:
+  """The suite of `config.phase` (module docstring); kwargs: tok, mesh, exec_cfg."""
+  if config.phase == 'eval_hotpotqa':
+    return HotpotQASuite(config, **kwargs)
+  from vermem_jax.train import eval_benchmark  # pylint: disable=import-outside-toplevel
+  return eval_benchmark.BenchmarkSuite(config, **kwargs)
 
 
 def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
@@ -81,14 +151,13 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
 
   Raises:
     ValueError: a bad config field (named); checkpoints.CheckpointError: a requested
-    phase without a restorable checkpoint.
+    phase without a restorable checkpoint; envs.interactive.BenchmarkUnavailable (an
+    ImportError): a benchmark whose extra, runtime or data is missing.
   """
   t0 = time.time()
   ev = config.eval
   seeds = [int(s) for s in ev.seeds]
   budgets = [int(b) for b in ev.budgets]
-  judge_cfg = config_util.dataclass_from_mapping(judges.JudgeConfig, ev.judge.to_dict())
-  rule = metrics.resolve_success_rule(ev.success_rule, bool(judge_cfg.backend))
   episodes.check_greedy(config.solver.temperature, config.solver.top_p,
                         'config.solver.temperature/top_p')
   mc = setup_lib.model_config_from(config)
@@ -96,11 +165,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   mesh = setup_lib.make_mesh_from(config)
   exec_cfg = config_util.dataclass_from_mapping(ExecutorConfig, config.memory.to_dict(),
                                                 overrides={'phase': 'C'})
-  examples = hotpotqa.load_from_config(
-      hotpotqa.DataConfig.from_config(config.data.to_dict()), hotpotqa.VALIDATION)
-  by_id = {ex.id: ex for ex in examples}
-  solver = task_solver_setup.make_task_solver(config, tok, examples, mesh=mesh)
-  judge = judges.make_judge(judge_cfg, tokenizer=tok)
+  suite = make_suite(config, tok=tok, mesh=mesh, exec_cfg=exec_cfg)
   out_dir = output_dir(config, workdir)
   os.makedirs(out_dir, exist_ok=True)
   jsonl_path = os.path.join(out_dir, 'episodes.jsonl')
@@ -108,11 +173,13 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   infos: dict[str, list] = {}
   timings: dict[str, float] = {}
   loaded: dict[tuple, Any] = {}
+  num_items: dict[str, int] = {}
   try:
     with open(jsonl_path, 'w') as jsonl:
       for seed in seeds:
         wd = eval_policies.seed_workdir(workdir, seed)
-        questions = episodes.select_questions(examples, int(ev.num_questions), seed)
+        items = suite.items(seed)
+        num_items[str(seed)] = len(items)
         per_seed[seed] = {}
         for source in eval_policies.parse_policies(ev.policies, wd):
           key = (source, wd if source.kind == 'phase' else '')
@@ -121,20 +188,15 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                                                     mesh=mesh)
           make_policy, info = loaded[key]
           infos.setdefault(source.label, []).append(dict(info, seed=seed))
-          run_kw = dict(base=source.kind == 'base', solver=solver, tok=tok,
-                        exec_cfg=exec_cfg, label=source.label, seed=seed,
-                        batch_size=int(ev.batch_size))
+          run_kw = dict(base=source.kind == 'base', label=source.label, seed=seed)
           t1 = time.time()
-          records = _run_policy(questions, policy=make_policy(seed), budget=None,
-                                **run_kw)
+          records = suite.run(items, policy=make_policy(seed), budget=None, **run_kw)
           runs = [records]
           if ev.frontier_reruns:
-            runs += [_run_policy(questions, policy=make_policy(seed), budget=b, **run_kw)
+            runs += [suite.run(items, policy=make_policy(seed), budget=b, **run_kw)
                      for b in budgets]
           for run in runs:
-            if judge is not None:
-              judges.judge_records(run, by_id, judge)
-            metrics.apply_success_rule(run, rule, float(ev.judge_success_threshold))
+            suite.score(run)
             for r in run:
               jsonl.write(json.dumps(r, sort_keys=True) + '\n')
           summary = metrics.summarize(records)
@@ -146,37 +208,36 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                 [(r['success'], r['tn']) for r in records], budgets)
           per_seed[seed][source.label] = summary
           timings[f'{source.label}/seed_{seed}'] = time.time() - t1
-          logging.info('eval %s seed %d: EM %.3f, SR %.1f%%, TN %.0f (%.1fs)',
-                       source.label, seed, summary['em'], summary['success_rate'],
-                       summary['tn'], timings[f'{source.label}/seed_{seed}'])
+          logging.info('eval %s %s seed %d: SR %.1f%%, TN %.0f (%.1fs)', suite.subdir,
+                       source.label, seed, summary['success_rate'], summary['tn'],
+                       timings[f'{source.label}/seed_{seed}'])
   finally:
-    if judge is not None:
-      judge.close()
+    suite.close()
   agg = aggregate.aggregate(per_seed, budgets=budgets,
                             target_success=float(ev.target_success),
                             target_budget=float(ev.target_budget))
-  judge_label = (f'{judge_cfg.backend}: {judge_cfg.model or judge_cfg.checkpoint_path}'
-                 if judge is not None else None)
-  num_q = {str(s): len(episodes.select_questions(examples, int(ev.num_questions), s))
-           for s in seeds}
   wall = time.time() - t0
-  meta = {'workdir': os.path.abspath(workdir), 'policies': infos, 'budgets': budgets,
+  meta = {'workdir': os.path.abspath(workdir), 'config': config.phase,
+          'policies': infos, 'budgets': budgets,
           'target_success': float(ev.target_success),
-          'target_budget': float(ev.target_budget), 'success_rule': rule,
+          'target_budget': float(ev.target_budget),
           'frontier': 'reruns' if ev.frontier_reruns else 'derived from unbudgeted runs',
-          'judge_counters': dict(judge.counters) if judge is not None else None,
-          'seconds': timings, 'wall_time_s': wall, 'scale': config.get('scale')}
-  solver_text = task_solver_setup.solver_label(config)
+          'solver_backend': config.solver.backend,
+          'seconds': timings, 'wall_time_s': wall, 'scale': config.get('scale'),
+          **suite.meta()}
   paths = aggregate.write_results(out_dir, agg, per_seed=per_seed, meta=meta,
-                                  solver_label=solver_text, judge_label=judge_label,
-                                  num_questions=num_q, seeds=seeds, title=TITLE)
+                                  solver_label=suite.solver_label,
+                                  judge_label=suite.judge_label,
+                                  num_questions=num_items, seeds=seeds, title=suite.title,
+                                  metrics=suite.table_metrics,
+                                  judge_text=suite.judge_text)
   paths['jsonl'] = jsonl_path
   fr = plots.plot_frontier(agg, os.path.join(out_dir, 'frontier.png'),
                            target_success=float(ev.target_success),
-                           target_budget=float(ev.target_budget), title=TITLE)
+                           target_budget=float(ev.target_budget), title=suite.title)
   if fr:
     paths['frontier'] = fr
-  paths['bars'] = plots.plot_bars(agg, out_dir, title=TITLE)
+  paths['bars'] = plots.plot_bars(agg, out_dir, title=suite.title)
   with open(paths['md']) as f:
     table = f.read()
   return {'aggregate': agg, 'per_seed': per_seed, 'paths': paths, 'table': table,

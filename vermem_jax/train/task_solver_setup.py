@@ -12,6 +12,14 @@ One builder for training rollouts and evaluation, so both use the same backends:
   'openai_compatible'  `OpenAICompatibleTaskSolver`: a served model (vLLM, SGLang, a
                        hosted API) at `solver.base_url`, model `solver.model`, key from
                        the variable named by `solver.api_key_env`.
+
+On the interactive benchmarks (`make_action_solver`) the 'llm' and
+'openai_compatible' backends take the benchmark's action prompt and reply parser
+(`envs.action_solvers.ActionPrompt`), and 'gold_plan' replaces the oracle:
+
+  'gold_plan'          `envs.action_solvers.GoldPlanSolver`: a STAND-IN that replays
+                       each instance's gold plan and ignores the context (tables label
+                       it so).
 """
 
 from __future__ import annotations
@@ -27,9 +35,13 @@ from vermem_jax.models import hf_io
 from vermem_jax.train import setup as setup_lib
 
 BACKENDS = ('oracle', 'llm', 'openai_compatible')
+ACTION_BACKENDS = ('gold_plan', 'llm', 'openai_compatible')
 ORACLE_LABEL = ('oracle-evidence reader — DIAGNOSTIC stand-in, not an LLM: it answers '
                 'with the reference answer exactly when the context carries every '
                 'supporting fact, so EM/F1/SR measure the memory, not reading')
+GOLD_PLAN_LABEL = ('gold-plan solver — STAND-IN, not an LLM: it replays each '
+                   "instance's gold plan and ignores the context, so SR/PR measure the "
+                   'plan, the adapter and the token budget, not the memory policy')
 
 
 def solver_label(config: ml_collections.ConfigDict) -> str:
@@ -37,6 +49,8 @@ def solver_label(config: ml_collections.ConfigDict) -> str:
   s = config.solver
   if s.backend == 'oracle':
     return ORACLE_LABEL
+  if s.backend == 'gold_plan':
+    return GOLD_PLAN_LABEL
   if s.backend == 'openai_compatible':
     return f'OpenAI-compatible server: model {s.model!r} at {s.base_url}'
   path = s.hf_checkpoint or config.model.hf_checkpoint
@@ -67,17 +81,64 @@ def make_task_solver(config: ml_collections.ConfigDict, tokenizer: Any,
     return task_solvers.OracleEvidenceReader.from_examples(list(label_examples),
                                                            tokenizer=tokenizer)
   if s.backend == 'openai_compatible':
-    if not (s.get('base_url') and s.get('model')):
-      raise ValueError("config.solver.base_url: solver.backend='openai_compatible' needs "
-                       'solver.base_url and solver.model')
-    client = http_chat.ChatClient(
-        s.base_url, s.model, api_key_env=s.api_key_env, require_api_key=True,
-        api_key_field='solver.api_key_env', timeout_s=float(s.timeout_s),
-        max_retries=int(s.max_retries), max_concurrency=int(s.max_concurrency))
-    return task_solvers.OpenAICompatibleTaskSolver(client, tokenizer, config=solver_cfg)
+    return task_solvers.OpenAICompatibleTaskSolver(_chat_client(config), tokenizer,
+                                                   config=solver_cfg)
   if s.backend != 'llm':
     raise ValueError(f'config.solver.backend: unknown {s.backend!r}; expected one of '
                      f'{BACKENDS}')
+  s_cfg, s_params = _llm_weights(config, tokenizer, solver_params, mesh)
+  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver_cfg)
+
+
+def make_action_solver(config: ml_collections.ConfigDict, tokenizer: Any,
+                       action_prompt: str, *, solver_params: Any = None,
+                       mesh: Any = None) -> task_solvers.TaskSolver:
+  """The action solver of an interactive benchmark (`config.solver.backend`):
+  'gold_plan' (an empty `GoldPlanSolver`; the caller adds each instance's plan with
+  `set_plan`), 'llm' or 'openai_compatible' with `ActionPrompt(action_prompt)`.
+
+  Args:
+    config, tokenizer, solver_params, mesh: as `make_task_solver`.
+    action_prompt: the benchmark's action rules (`Benchmark.action_prompt`).
+
+  Raises:
+    ValueError: naming the field: 'oracle' (HotpotQA only) or an unknown backend, an
+      'llm' solver without weights, an HTTP solver without url/model.
+  """
+  from vermem_jax.envs import action_solvers  # pylint: disable=import-outside-toplevel
+  s = config.solver
+  solver_cfg = config_util.dataclass_from_mapping(task_solvers.SolverConfig, s.to_dict())
+  prompt = action_solvers.ActionPrompt(action_prompt)
+  if s.backend == 'gold_plan':
+    return action_solvers.GoldPlanSolver({}, tokenizer=tokenizer, rules=action_prompt)
+  if s.backend == 'openai_compatible':
+    return task_solvers.OpenAICompatibleTaskSolver(
+        _chat_client(config), tokenizer, config=solver_cfg, messages_fn=prompt.messages,
+        parse_fn=prompt.parse)
+  if s.backend != 'llm':
+    raise ValueError(f'config.solver.backend: {s.backend!r} cannot act in an '
+                     f'interactive benchmark; expected one of {ACTION_BACKENDS} (the '
+                     'oracle-evidence reader answers HotpotQA questions only)')
+  s_cfg, s_params = _llm_weights(config, tokenizer, solver_params, mesh)
+  return action_solvers.llm_action_solver(tokenizer, s_cfg, s_params, action_prompt,
+                                          config=solver_cfg)
+
+
+def _chat_client(config: ml_collections.ConfigDict) -> http_chat.ChatClient:
+  s = config.solver
+  if not (s.get('base_url') and s.get('model')):
+    raise ValueError("config.solver.base_url: solver.backend='openai_compatible' needs "
+                     'solver.base_url and solver.model')
+  return http_chat.ChatClient(
+      s.base_url, s.model, api_key_env=s.api_key_env, require_api_key=True,
+      api_key_field='solver.api_key_env', timeout_s=float(s.timeout_s),
+      max_retries=int(s.max_retries), max_concurrency=int(s.max_concurrency))
+
+
+def _llm_weights(config: ml_collections.ConfigDict, tokenizer: Any, solver_params: Any,
+                 mesh: Any) -> tuple[Any, Any]:
+  """(QwenConfig, params) of the 'llm' solver (module docstring)."""
+  s = config.solver
   path = s.hf_checkpoint or config.model.hf_checkpoint
   if path:
     s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype,
@@ -91,5 +152,5 @@ def make_task_solver(config: ml_collections.ConfigDict, tokenizer: Any,
   else:
     raise ValueError('config.solver.hf_checkpoint: the llm task solver needs weights '
                      '(set solver.hf_checkpoint or model.hf_checkpoint), or use '
-                     "solver.backend='oracle'")
-  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver_cfg)
+                     "solver.backend='oracle' (HotpotQA) / 'gold_plan' (benchmarks)")
+  return s_cfg, s_params

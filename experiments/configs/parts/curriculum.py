@@ -5,11 +5,17 @@
 PHASE_ORDER = ('sft', 'phase_a', 'phase_b', 'phase_c')
 PREVIOUS_PHASE = {'sft': None, 'phase_a': 'sft', 'phase_b': 'phase_a',
                   'phase_c': 'phase_b'}
+# The interactive benchmarks' evaluation configs -> the benchmark's registry name
+# (vermem_jax.envs.interactive), in the paper's Table 2 column order.
+BENCHMARK_CONFIGS = {'eval_alfworld': 'alfworld', 'eval_scienceworld': 'scienceworld',
+                     'eval_pddl': 'pddl', 'eval_babyai': 'babyai'}
 # Configs that evaluate a workdir's policies instead of training one (SPEC §7); they
 # use the full command space and have no reference policy.
-EVAL_CONFIGS = ('eval_hotpotqa',)
-CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS
+EVAL_CONFIGS = ('eval_hotpotqa',) + tuple(BENCHMARK_CONFIGS)
+# Configs that only aggregate finished evaluations (Table 2 and its frontier).
+AGGREGATE_CONFIGS = ('table2',)
+CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS + AGGREGATE_CONFIGS
 # Operation subspace name used by vermem_jax.memory.PHASE_OPS (SPEC §4).
 PHASE_OP_SPACE = {'sft': 'C', 'phase_a': 'A', 'phase_b': 'B', 'phase_c': 'C',
-                  'eval_hotpotqa': 'C'}
+                  **{name: 'C' for name in EVAL_CONFIGS + AGGREGATE_CONFIGS}}
 SCALES = ('tiny', 'paper')

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from experiments.configs.parts import benchmarks
 from experiments.configs.parts import curriculum
 from experiments.configs.parts import derived
 from vermem_jax import paths
@@ -237,7 +238,8 @@ def _solver(c: ml_collections.ConfigDict) -> None:
   # Keys = envs.task_solvers.SolverConfig fields + backend, hf_checkpoint.
   c.solver = ml_collections.ConfigDict()
   # 'llm' (in-process Qwen) | 'openai_compatible' (a served model) | 'oracle' (a
-  # diagnostic stand-in that reads the labels; tables mark it so).
+  # diagnostic stand-in that reads the labels; tables mark it so; HotpotQA only) |
+  # 'gold_plan' (interactive benchmarks only: a stand-in replaying gold plans).
   c.solver.backend = 'llm'
   c.solver.hf_checkpoint = ml_collections.FieldReference(None, field_type=str)  # None = backbone
   c.solver.max_new_tokens = 64         # decision: solver answer length (tokens)
@@ -284,7 +286,9 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   # Comma-separated: base, sft, phase_a, phase_b, phase_c, hf:/path, NAME=<entry>;
   # '' = base + every phase with a checkpoint in the workdir (train/eval_policies.py).
   c.eval.policies = ''
-  c.eval.num_questions = 0             # per seed, drawn with the seed; 0 = all (paper)
+  # HotpotQA questions, or benchmark instances, per seed, drawn with the seed (fixed
+  # order per seed); 0 = all of them (paper C.1: every instance of the split).
+  c.eval.num_questions = 0
   # decision: episodes advancing together (one sampler call per step); bounds the
   # sampler batch and the memory of live episodes. 0 = all questions at once.
   c.eval.batch_size = 64
@@ -295,7 +299,14 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   # False: each budget's success from the unbudgeted run (exact under greedy
   # decoding, eval/frontier.py); True: one hard-budget run per budget.
   c.eval.frontier_reruns = False
-  c.eval.output_dir = ''               # '' = <workdir>/eval_hotpotqa
+  c.eval.output_dir = ''               # '' = <workdir>/<config name> (eval_pddl, table2)
+  # Interactive benchmarks (eval_alfworld/scienceworld/pddl/babyai): memory decisions
+  # per episode, a limit apart from the benchmark's own step limit (a help command
+  # costs a decision, not a step). decision: 0 = the benchmark's benchmark.max_steps.
+  c.eval.max_decisions = 0
+  # table2: the frontier's macro SR is over these benchmarks when evaluated (paper
+  # C.7: ALFWorld, SciWorld, BabyAI; PDDL reports progress, HotpotQA J_judge).
+  c.eval.frontier_benchmarks = ('alfworld', 'scienceworld', 'babyai')
   # Answer / memory-quality judge (paper C.6); keys = eval.judges.JudgeConfig fields.
   # backend '' = none: J_judge and MQ are reported absent.
   c.eval.judge = ml_collections.ConfigDict()
@@ -336,7 +347,7 @@ def _metrics(c: ml_collections.ConfigDict) -> None:
 # In this order: later sections reference fields of earlier ones.
 SECTIONS = (_data, _tokenizer, _model, _memory, _sampling, _batching, _sft, _rl,
             _advantage, _reward, _verifier, _solver, _episodes, _eval, _checkpoint,
-            _metrics)
+            _metrics, benchmarks.benchmark_section)
 
 
 def paper_config(phase: str) -> ml_collections.ConfigDict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from experiments.configs.parts import benchmarks
 from experiments.configs.parts import derived
 from experiments.configs.parts import paper
 from vermem_jax import paths
@@ -55,3 +56,4 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # questions, one seed.
   c.eval.num_questions = 4
   c.eval.seeds = (42,)
+  benchmarks.apply_tiny(c)             # eval_<benchmark>: short instances, gold plans

@@ -20,6 +20,8 @@ from experiments.configs.parts import paper
 from vermem_jax import paths
 
 SOLVER_BACKENDS = ('oracle', 'llm', 'openai_compatible')  # = train.task_solver_setup's
+ACTION_SOLVER_BACKENDS = ('gold_plan', 'llm', 'openai_compatible')  # its ACTION_BACKENDS
+PAPER_BENCHMARKS = ('alfworld', 'scienceworld', 'pddl', 'babyai')  # envs.interactive's
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')  # = train.rl_selection's
 SUCCESS_RULES = ('auto', 'em', 'judge')  # = eval.metrics.SUCCESS_RULES
 KL_ESTIMATORS = ('exact', 'k3')
@@ -46,7 +48,7 @@ def _check_model(config: ml_collections.ConfigDict) -> None:
   _require(config.model.dtype in DTYPES, 'model.dtype', f'expected one of {DTYPES}')
   _require(config.model.param_dtype in DTYPES, 'model.param_dtype',
            f'expected one of {DTYPES}')
-  if config.scale == 'paper':
+  if config.scale == 'paper' and config.phase not in curriculum.AGGREGATE_CONFIGS:
     _require(bool(config.model.hf_checkpoint), 'model.hf_checkpoint',
              'paper scale needs a Hugging Face Qwen folder: pass '
              '--config.model.hf_checkpoint=/path/to/Qwen2.5-7B-Instruct')
@@ -171,8 +173,15 @@ def _check_advantage(config: ml_collections.ConfigDict) -> None:
 
 def _check_solver(config: ml_collections.ConfigDict) -> None:
   s = config.solver
-  _require(s.backend in SOLVER_BACKENDS, 'solver.backend',
-           f'{s.backend!r} not in {SOLVER_BACKENDS}')
+  if config.phase in curriculum.BENCHMARK_CONFIGS:
+    _require(s.backend in ACTION_SOLVER_BACKENDS, 'solver.backend',
+             f'{s.backend!r} cannot act in an interactive benchmark; expected one of '
+             f'{ACTION_SOLVER_BACKENDS} (the oracle reader answers HotpotQA only)')
+  else:
+    _require(s.backend in SOLVER_BACKENDS, 'solver.backend',
+             f'{s.backend!r} not in {SOLVER_BACKENDS}'
+             + (' (gold_plan acts in the interactive benchmarks only)'
+                if s.backend == 'gold_plan' else ''))
   if s.backend == 'openai_compatible':
     _require(bool(s.base_url) and bool(s.model), 'solver.base_url',
              "solver.backend='openai_compatible' needs solver.base_url and solver.model")
@@ -225,6 +234,16 @@ def _check_eval(config: ml_collections.ConfigDict) -> None:
   if config.phase in curriculum.EVAL_CONFIGS:
     _require(config.solver.temperature == 0.0 and config.solver.top_p == 1.0,
              'solver.temperature', 'evaluation decodes greedily (temperature 0, top-p 1)')
+  _require(isinstance(ev.max_decisions, int) and ev.max_decisions >= 0,
+           'eval.max_decisions', f'must be an int >= 0 (0 = benchmark.max_steps), got '
+           f'{ev.max_decisions!r}')
+  fb = tuple(ev.frontier_benchmarks)
+  _require(len(fb) > 0 and set(fb) <= set(PAPER_BENCHMARKS), 'eval.frontier_benchmarks',
+           f'must name some of {PAPER_BENCHMARKS}, got {ev.frontier_benchmarks!r}')
+  if config.phase in curriculum.BENCHMARK_CONFIGS:
+    steps = config.benchmark.get('max_steps')
+    _require(isinstance(steps, int) and steps >= 1, 'benchmark.max_steps',
+             f'must be an int >= 1, got {steps!r}')
 
 
 def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
@@ -244,7 +263,20 @@ FIELD_CHECKS = (_check_run, _check_model, _check_memory, _check_sampling, _check
 
 
 def _check_paths(config: ml_collections.ConfigDict) -> None:
-  """The data folders and split file, and the checkpoint folders the config names."""
+  """The data folders and split file (configs that read HotpotQA: not the benchmark
+  evaluations nor table2), and the checkpoint folders the config names."""
+  if config.phase not in (tuple(curriculum.BENCHMARK_CONFIGS)
+                          + curriculum.AGGREGATE_CONFIGS):
+    _check_hotpotqa_paths(config)
+  for field, folder in (('model.hf_checkpoint', config.model.hf_checkpoint),
+                        ('solver.hf_checkpoint', config.solver.hf_checkpoint),
+                        ('verifier.checkpoint_path', config.verifier.checkpoint_path
+                         if config.verifier.backend == 'local_model' else None)):
+    if folder:
+      _require(os.path.isdir(folder), field, f'{folder!r} is not a directory')
+
+
+def _check_hotpotqa_paths(config: ml_collections.ConfigDict) -> None:
   _require(os.path.isdir(config.data.data_dir), 'data.data_dir',
            f'{config.data.data_dir!r} is not a directory '
            f'(set --config.data.data_dir or ${paths.DATA_DIR_ENV})')
@@ -263,12 +295,6 @@ def _check_paths(config: ml_collections.ConfigDict) -> None:
     _require(os.path.isfile(official), 'data.hotpotqa_dir',
              f'paper scale trains on the full HotpotQA train split; {official} is '
              'missing (point --config.data.hotpotqa_dir at the official files)')
-  for field, folder in (('model.hf_checkpoint', config.model.hf_checkpoint),
-                        ('solver.hf_checkpoint', config.solver.hf_checkpoint),
-                        ('verifier.checkpoint_path', config.verifier.checkpoint_path
-                         if config.verifier.backend == 'local_model' else None)):
-    if folder:
-      _require(os.path.isdir(folder), field, f'{folder!r} is not a directory')
 
 
 def _check_tokenizer_path(config: ml_collections.ConfigDict) -> None:
