@@ -130,3 +130,35 @@ def test_benchmark_configs_validate():
     validation.validate_config(c)
   c = common.get_config('table2', 'scale=paper')
   validation.validate_config(c)  # aggregation needs no checkpoint
+
+
+def test_http_action_solver_plays_the_benchmark(tmp_path, random_sft_workdir,
+                                                monkeypatch):
+  """An OpenAI-compatible server as the task solver: it gets the benchmark's action
+  prompt with q and C only, and its 'Action: ...' replies are what the env plays."""
+  bench = require_benchmark('pddl')
+  import chat_server  # pylint: disable=import-outside-toplevel
+  cfg = bench.config_class(problems=('blocks/problem6',))
+  (inst,) = bench.instances(cfg)
+  plan = bench.gold_plan(inst, cfg)
+  server = chat_server.LoopbackChatServer(
+      lambda n, body: f'I will go on.\nAction: {plan[min(n, len(plan)) - 1]}')
+  monkeypatch.setenv('VERMEM_SOLVER_API_KEY', 'k')
+  try:
+    c = bench_config('pddl', tmp_path, problems=('blocks/problem6',))
+    c.eval.policies = 'base'
+    c.solver.backend = 'openai_compatible'
+    c.solver.base_url = server.url
+    c.solver.model = 'solver'
+    res = evaluate.run_evaluation(c, random_sft_workdir)
+  finally:
+    server.close()
+  (rec,) = _jsonl(res['paths']['jsonl'])
+  assert rec['success'] and [s['action'] for s in rec['steps']] == plan
+  assert len(server.requests) == len(plan)
+  first = server.requests[0]['body']['messages']
+  assert 'PDDL planning problem' in first[0]['content'] and "'Action: <action>'" in \
+      first[0]['content']
+  assert first[1]['content'].startswith('Task: ') and 'Goal: reach a state' in \
+      first[1]['content']
+  assert 'OpenAI-compatible server' in res['table'] and 'STAND-IN' not in res['table']
