@@ -25,7 +25,8 @@ def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0):
   lpr = _log_softmax(np.asarray(ref_logits, np.float64) / temp)
   cid = np.asarray(b['command_ids'])
   decisions = {}
-  stats = {'kl': [], 'ratio': [], 'clip': [], 'ent': [], 'gap': []}
+  stats = {'kl': [], 'ratio': [], 'clip': [], 'ent': [], 'gap': [], 'active': [],
+           'approx_kl': []}
   for r in range(cid.shape[0]):
     for j in range(cid.shape[1]):
       if cid[r, j] == 0:
@@ -46,6 +47,8 @@ def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0):
       stats['kl'].append(kl)
       stats['ratio'].append(ratio)
       stats['clip'].append(float(abs(ratio - 1) > eps))
+      stats['active'].append(float(ratio * a != surr))  # the clipped term won the min
+      stats['approx_kl'].append(ratio - 1 - np.log(ratio))
       stats['ent'].append(float(-np.sum(p * lp[r, j])))
       stats['gap'].append(logp - b['old_logprobs'][r, j])
   total = sum(np.mean(v) for v in decisions.values())
@@ -94,6 +97,8 @@ def test_loss_matches_numpy_reference(est):
                                atol=1e-6)
     assert fin['clip_fraction'] == pytest.approx(st['clip'].mean())
     assert 0 < st['clip'].mean() < 1  # the case exercises both branches
+    assert fin['clip_active_fraction'] == pytest.approx(st['active'].mean())
+    np.testing.assert_allclose(fin['approx_kl'], st['approx_kl'].mean(), rtol=RTOL)
 
 
 def test_decision_segments_are_runs_within_rows():
