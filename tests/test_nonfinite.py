@@ -62,15 +62,15 @@ def test_non_finite_step_is_skipped_entirely(where):
 
 
 def test_skip_counter_stops_after_consecutive_skips_naming_the_step():
-  c = nonfinite.SkipCounter(3, 'phase_b update')
-  assert c.record(False, 5) and c.record(False, 6)
-  assert not c.record(True, 7)  # a finite step resets the run
+  c = nonfinite.SkipCounter(3)
+  assert c.record(False, 'update 5') and c.record(False, 'update 6')
+  assert not c.record(True, 'update 7')  # a finite step resets the run
   assert c.total == 2 and c.consecutive == 0
-  c.record(False, 8)
-  c.record(False, 9)
-  with pytest.raises(nonfinite.NonFiniteError, match=r'phase_b update 10: .* 3 '
-                     r'consecutive steps'):
-    c.record(False, 10)
+  c.record(False, 'update 8')
+  c.record(False, 'update 9')
+  with pytest.raises(nonfinite.NonFiniteError,
+                     match=r'phase_b update 10, pass 2: .* 3 consecutive'):
+    c.record(False, 'phase_b update 10, pass 2')
   assert c.total == 5
   with pytest.raises(ValueError):
-    nonfinite.SkipCounter(0, 'x')
+    nonfinite.SkipCounter(0)

@@ -60,29 +60,27 @@ def guarded_step(params: Any, opt_state: Any, loss: jax.Array, grads: Any,
 
 
 class SkipCounter:
-  """Host-side count of skipped (non-finite) steps.
+  """Host-side count of skipped (non-finite) optimizer steps.
 
   Args:
-    max_consecutive: stop (NonFiniteError) after this many skipped steps in a row
-      (>= 1).
-    what: names the step in messages, e.g. 'phase_b update' or 'SFT step'.
+    max_consecutive: stop (NonFiniteError) at this many skipped steps in a row (>= 1).
   Attributes:
     total: skipped steps so far (this process); consecutive: the current run of skips.
   """
 
-  def __init__(self, max_consecutive: int, what: str):
+  def __init__(self, max_consecutive: int):
     if int(max_consecutive) < 1:
       raise ValueError(f'max_consecutive must be >= 1, got {max_consecutive}')
     self.max_consecutive = int(max_consecutive)
-    self.what = what
     self.total = 0
     self.consecutive = 0
 
-  def record(self, finite: bool, step: int) -> bool:
-    """Books step `step`; returns whether it was skipped.
+  def record(self, finite: bool, where: str) -> bool:
+    """Books one optimizer step (`where` names it, e.g. 'phase_b update 12, pass 2');
+    returns whether it was skipped.
 
     Raises:
-      NonFiniteError: the `max_consecutive`-th skipped step in a row (names it).
+      NonFiniteError: at the `max_consecutive`-th skipped step in a row, naming `where`.
     """
     if finite:
       self.consecutive = 0
@@ -91,8 +89,8 @@ class SkipCounter:
     self.consecutive += 1
     if self.consecutive >= self.max_consecutive:
       raise NonFiniteError(
-          f'{self.what} {step}: non-finite loss or gradient for {self.consecutive} '
-          f'consecutive steps (every one skipped, parameters unchanged since '
-          f'{self.what} {step - self.consecutive}); the run stops. Lower the learning '
-          'rate, check the data, or raise the consecutive-skip limit.')
+          f'{where}: non-finite loss or gradient in {self.consecutive} consecutive '
+          'optimizer steps (each skipped: the parameters and the last checkpoint hold '
+          'no NaN/Inf); the run stops. Lower the learning rate, check the data, or '
+          'raise the consecutive-skip limit.')
     return True
