@@ -427,7 +427,8 @@ def ref_ppo_loss_and_logit_grad(logits, ref_logits, b, eps, beta, temp):
       unclipped, clipped = rho * a, np.clip(rho, 1 - eps, 1 + eps) * a
       kl = float(np.sum(p[r, j] * (lp[r, j] - lq[r, j])))
       loss += w * -(min(unclipped, clipped) - beta * kl)
-      onehot = np.eye(z.shape[-1])[y]
+      onehot = np.zeros(z.shape[-1])
+      onehot[y] = 1.0
       d_surr = a * rho * (onehot - p[r, j]) / temp if unclipped <= clipped else 0.0
       d_kl = p[r, j] * ((lp[r, j] - lq[r, j]) - kl) / temp
       grad[r, j] = w * -(d_surr - beta * d_kl)

@@ -80,7 +80,7 @@ def check_mode(mode: str) -> None:
   if mode in MODES:
     return
   why = f' ({RETIRED_MODES[mode]})' if mode in RETIRED_MODES else ''
-  raise ValueError(f"advantage.mode={mode!r} is not a mode{why}; expected one of "
+  raise ValueError(f"AdvantageConfig.mode={mode!r} is not a mode{why}; expected one of "
                    f"{MODES}: the paper's Local+Global, VerMem-noVerify, +Local and "
                    "+Global rows (Table 4)")
 

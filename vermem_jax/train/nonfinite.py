@@ -1,24 +1,24 @@
 """Non-finite guard for optimizer steps (SPEC §6: a non-finite loss or gradient never
 reaches the parameters; the step is skipped and counted).
 
-A trainer computes its loss and gradient, then calls `guarded_step` inside its jitted
-update: when the loss or any gradient entry is NaN/Inf, the parameters and optimizer
-state come back unchanged (the whole step is skipped, Adam moments and step count
-included) and `finite` is False. On the host, `SkipCounter.record` counts skipped
-steps and raises `NonFiniteError` naming the step after `max_consecutive` skips in a
-row, so a diverged run stops instead of spinning. `checkpoints.PhaseCheckpointManager.
-save` refuses parameters that are not finite (`tree_all_finite`), so a checkpoint never
-holds them.
+A trainer computes a step's loss and gradient, asks `is_finite(loss, grads)` (one
+jitted reduction, read on the host) and applies its optimizer only when that holds; a
+skipped step leaves the parameters AND the optimizer state (Adam moments, step count)
+as they were. `SkipCounter.record` counts skipped steps and raises `NonFiniteError`
+naming the step after `max_consecutive` skips in a row, so a diverged run stops instead
+of spinning. `checkpoints.PhaseCheckpointManager.save` refuses parameters that are not
+finite (`tree_all_finite`), so a checkpoint never holds them.
 
 Decision: not `optax.apply_if_finite`. It adds a state to the optimizer (an existing
-checkpoint's optimizer state would no longer restore) and, after its
-`max_consecutive_errors`, applies the non-finite update anyway; here the state tree is
-unchanged and the run stops instead.
+checkpoint's optimizer state would no longer restore), compiles the guard into the
+update (a finite step would round differently from before), and after its
+`max_consecutive_errors` applies the non-finite update anyway; here the optimizer and
+its state tree are untouched and the run stops instead.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -40,23 +40,15 @@ def tree_all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(leaves))
 
 
-def guarded_step(params: Any, opt_state: Any, loss: jax.Array, grads: Any,
-                 step_fn: Callable[[Any, Any, Any], tuple[Any, Any]]
-                 ) -> tuple[Any, Any, jax.Array]:
-  """Applies `step_fn(params, opt_state, grads) -> (params, opt_state)` only when
-  `loss` and `grads` are finite; otherwise returns params and opt_state unchanged.
+@jax.jit
+def _finite(loss: jax.Array, grads: Any) -> jax.Array:
+  return jnp.isfinite(loss) & tree_all_finite(grads)
 
-  Traceable under jit: both branches are computed and selected leaf by leaf (a
-  non-finite gradient cannot leak through the unselected branch).
 
-  Returns:
-    (params, opt_state, finite: scalar bool).
-  """
-  finite = jnp.isfinite(loss) & tree_all_finite(grads)
-  safe = jax.tree.map(lambda g: jnp.where(finite, g, jnp.zeros_like(g)), grads)
-  new_params, new_opt_state = step_fn(params, opt_state, safe)
-  keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)
-  return keep(new_params, params), keep(new_opt_state, opt_state), finite
+def is_finite(loss: Any, grads: Any) -> bool:
+  """Whether the scalar `loss` and every entry of the gradient tree are finite (one
+  jitted reduction; waits for both)."""
+  return bool(_finite(jnp.asarray(loss, jnp.float32), grads))
 
 
 class SkipCounter:

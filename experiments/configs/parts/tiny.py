@@ -36,6 +36,9 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.sft.batch_size = 8
   c.sft.num_epochs = 3                 # 64 examples / 8 = 8 steps x 3 epochs
   c.sft.learning_rate = 1e-3           # a random tiny model needs a larger step
+  # Per-command token mean, not Eq. 7's sequence NLL: the tiny rate above was tuned
+  # with it, and summed NLLs let the longest commands dominate a random model's steps.
+  c.sft.loss_reduction = 'decision'
   c.sft.eval_every = 8
   c.rl.num_updates = 2 if phase != 'sft' else 0
   c.rl.tasks_per_update = 2
