@@ -186,3 +186,35 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
   assert first['train/loss'] == pytest.approx(-np.mean(adv), abs=1e-5)
   ref = json.load(open(os.path.join(phase_dir, rl_resume.REFERENCE_FILE)))
   assert ref['params_sha256'] == ref['initial_params_sha256']
+
+
+def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypatch):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
+  workdir = _copy_prerequisites(tmp_path)
+  real_update, real_step = rl_learner.learner_update, rl_learner.grpo_step
+  updates = []
+
+  def learner_update(*args, **kwargs):
+    updates.append(kwargs['label'])
+    return real_update(*args, **kwargs)
+
+  def grpo_step(*args, **kwargs):  # NaN in one gradient entry during update 2
+    out, grads = real_step(*args, **kwargs)
+    if len(updates) == 2:
+      grads = jax.tree.map(lambda g: g.at[(0,) * g.ndim].set(jnp.nan), grads)
+    return out, grads
+
+  monkeypatch.setattr(rl_learner, 'learner_update', learner_update)
+  monkeypatch.setattr(rl_learner, 'grpo_step', grpo_step)
+  out = rl_phase.run_rl_phase(tiny_config('phase_b', **{'rl.num_updates': 3}), workdir)
+  assert out['complete'] and out['step'] == 3
+  assert updates == ['phase_b update 1', 'phase_b update 2', 'phase_b update 3']
+  phase_dir = os.path.join(workdir, 'phase_b')
+  rows = metrics_lib.read_jsonl(os.path.join(phase_dir, metrics_lib.METRICS_FILE))
+  assert [r['train/skipped_steps'] for r in rows] == [0.0, 1.0, 0.0]
+  assert [r['train/skipped_steps_total'] for r in rows] == [0.0, 1.0, 1.0]
+  p1, p2, p3 = (_leaves(phase_dir, k) for k in (1, 2, 3))
+  assert all(np.array_equal(a, b) for a, b in zip(p1, p2))  # update 2 not applied
+  assert not all(np.array_equal(a, b) for a, b in zip(p2, p3))  # update 3 was
+  assert all(np.all(np.isfinite(a)) for a in p3)

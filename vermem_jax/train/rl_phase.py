@@ -252,6 +252,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   last: dict[str, float] = {}
   last_logged: dict[str, float] = {}
   skips = nonfinite.SkipCounter(int(config.rl.max_consecutive_skips))
+  if restored is not None:
+    skips.total = int((restored.metadata or {}).get('skipped_steps', 0))
   try:
     while step < stop:
       n = step + 1
@@ -308,7 +310,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         wall = prior_wall + time.time() - t_start
         metadata = {'fingerprint': fingerprint, 'reference': reference,
                     'cumulative_wall_time_s': wall, 'complete': n >= total,
-                    'num_updates': total}
+                    'num_updates': total, 'skipped_steps': skips.total}
         if n >= total:
           metadata['final_metrics'] = _final_metrics(
               phase, n, total, wall, reference, params, resumed_from, row)
