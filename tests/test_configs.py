@@ -341,11 +341,11 @@ def _parse_flags(config_file, *overrides):
 
 def test_sft_teacher_fields_reach_the_sft_data_config():
   """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
-  from vermem_jax.envs import sft_data  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
-  defaults = sft_data.SFTDataConfig()
+  defaults = sft_data_config.SFTDataConfig()
   for name in ('teacher_api_key_env', 'teacher_timeout_s', 'teacher_max_tokens',
                'teacher_temperature', 'teacher_base_url', 'teacher_model'):
     assert c.sft[name] == getattr(defaults, name), name

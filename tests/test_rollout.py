@@ -14,7 +14,7 @@ import pytest
 
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios
+from vermem_jax.envs import episodes
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import ExecutorConfig
 from vermem_jax.memory import executor as mexec
@@ -45,20 +45,14 @@ def tok(qwen25_tokenizer_dir):
   return load_tokenizer(qwen25_tokenizer_dir)
 
 
-@pytest.fixture(scope="module")
-def pools(hotpotqa_dir):
-  examples = hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
-  return hotpotqa.split_train_pools(examples)
-
-
 def _family_specs(pool, tok, families, budget, solved_by=None):
   """One Phase B spec per family, from the first construction examples that fit (and,
   with a solver, whose reference command alone lets that solver answer at step 0)."""
-  cfg = scenarios.ScenarioConfig(context_budget=budget, rollout_limit=4)
+  cfg = episodes.ScenarioConfig(context_budget=budget, rollout_limit=4)
   specs = []
   for fam in families:
     for ex in pool:
-      spec = scenarios.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
+      spec = episodes.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
                                      config=cfg)
       if spec is None:
         continue

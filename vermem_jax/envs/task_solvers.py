@@ -37,6 +37,7 @@ from vermem_jax.memory import serialization
 
 ANSWER = "answer"
 CONTINUE = "continue"
+ACTION = "action"  # an action for an interactive benchmark (envs.interactive)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +108,14 @@ class SolverOutput:
   """One task action b_t.
 
   Attributes:
-    kind: 'answer' | 'continue'.
+    kind: 'answer' | 'continue' (HotpotQA), or 'action' (an interactive benchmark:
+      `action` is what the environment plays).
     answer: the final answer text when kind == 'answer', else None.
     text: the raw reply (what T_e records in H as the task action).
     input_tokens: prompt tokens of this call (counted every call).
     output_tokens: generated tokens of this call, the end-of-turn token included.
     token_ids: generated ids [output_tokens] (LLM solver only; None otherwise).
+    action: the environment action when kind == 'action', else None.
   """
   kind: str
   answer: str | None
@@ -120,6 +123,7 @@ class SolverOutput:
   input_tokens: int = 0
   output_tokens: int = 0
   token_ids: tuple[int, ...] | None = None
+  action: str | None = None
 
 
 class TaskSolver(abc.ABC):
@@ -211,6 +215,11 @@ class LLMTaskSolver(TaskSolver):
     config: SolverConfig (greedy, 64 new tokens by default).
     rng: a `jax.random` key, split once per call (used only when temperature > 0).
     generate_fn: defaults to `vermem_jax.models.generate`; same signature.
+    messages_fn: SolverInput -> chat messages (default `solver_messages`, the
+      HotpotQA prompt; interactive benchmarks pass
+      `envs.action_solvers.ActionPrompt(...).messages`).
+    parse_fn: reply text -> (kind, payload) (default `parse_solver_reply`); the
+      payload is the answer for kind 'answer' and the action for kind 'action'.
 
   `solve` prompts all inputs in one `generate` call: prompts [B, T_b] (left-padded
   into length buckets by the sampler), replies [B, N<=max_new_tokens] int32.
@@ -220,7 +229,9 @@ class LLMTaskSolver(TaskSolver):
 
   def __init__(self, tokenizer: _ChatTokenizer, model_config: Any, params: Any, *,
                config: SolverConfig = SolverConfig(), rng: Any = None,
-               generate_fn: Callable[..., Any] | None = None):
+               generate_fn: Callable[..., Any] | None = None,
+               messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
     import jax  # pylint: disable=import-outside-toplevel
     if generate_fn is None:
       from vermem_jax.models import generate as generate_fn  # pylint: disable=import-outside-toplevel
@@ -231,13 +242,15 @@ class LLMTaskSolver(TaskSolver):
     self._rng = rng if rng is not None else jax.random.PRNGKey(0)
     self._generate = generate_fn
     self._stop_ids = tuple(tokenizer.stop_token_ids)
+    self._messages = messages_fn or solver_messages
+    self._parse = parse_fn or parse_solver_reply
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     if not inputs:
       return []
     import jax  # pylint: disable=import-outside-toplevel
-    prompts = [self.tokenizer.encode(render_solver_prompt(self.tokenizer, inp))
-               for inp in inputs]
+    prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
+        self._messages(inp), add_generation_prompt=True)) for inp in inputs]
     self._rng, key = jax.random.split(self._rng)
     out = self._generate(
         self.model_config, self.params, prompts, rng=key,
@@ -251,8 +264,10 @@ class LLMTaskSolver(TaskSolver):
       ids = [int(t) for t in tokens[i, :int(lengths[i])]]
       text_ids = ids[:-1] if ids and ids[-1] in self._stop_ids else ids
       text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-      kind, answer = parse_solver_reply(text)
-      results.append(SolverOutput(kind, answer, text, len(prompt), len(ids), tuple(ids)))
+      kind, payload = self._parse(text)
+      results.append(SolverOutput(
+          kind, payload if kind == ANSWER else None, text, len(prompt), len(ids),
+          tuple(ids), action=payload if kind == ACTION else None))
     return results
 
 

@@ -32,8 +32,6 @@ import ml_collections
 from vermem_jax.envs import environment
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios
-from vermem_jax.envs import sft_data
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory.config import ExecutorConfig
@@ -146,7 +144,7 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   tok = setup_lib.load_tokenizer_for(config, mc)
   exec_cfg = _fields_from(ExecutorConfig, _section(config, 'memory'), phase=op_space)
   env_cfg = environment.EnvConfig.from_config(_section(config, 'episodes'))
-  scen_cfg = scenarios.ScenarioConfig.from_config(_section(config, 'episodes'))
+  scen_cfg = episodes.ScenarioConfig.from_config(_section(config, 'episodes'))
   construction, dev_pool = episodes.load_pools(
       hotpotqa.DataConfig.from_config(_section(config, 'data')))
   train_specs, dev_specs = episodes.build_phase_episodes(
@@ -232,7 +230,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
   count = int(config.advantage.running_stats_init_count)
   tok = setup.tokenizer
   out: list[vbase.LocalVerifierInput] = []
-  sft_cfg = sft_data.SFTDataConfig.from_config(
+  sft_cfg = episodes.SFTDataConfig.from_config(
       _section(config, 'sft'), seed=config.episodes.seed, train_per_target=1,
       dev_per_target=count, teacher_backend=None,
       context_budget=config.memory.context_budget,
@@ -240,7 +238,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
       max_doc_sentences=config.episodes.max_doc_sentences,
       max_doc_tokens=config.episodes.max_doc_tokens)
   try:
-    _, dev_records, _ = sft_data.build_sft_set(
+    _, dev_records, _ = episodes.build_sft_set(
         setup.construction, setup.dev_pool, count_tokens=tok.count_tokens,
         config=sft_cfg, verbose=False)
     out += running_stats_init.dev_inputs_from_sft_records(

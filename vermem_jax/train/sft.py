@@ -53,7 +53,6 @@ import ml_collections
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import sft_data
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
@@ -76,10 +75,10 @@ def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
   return ExecutorConfig(**values, phase=config.episodes.op_space)
 
 
-def _sft_data_config(config: ml_collections.ConfigDict) -> sft_data.SFTDataConfig:
+def _sft_data_config(config: ml_collections.ConfigDict) -> episodes.SFTDataConfig:
   # The construction seed is the episode seed: the data set does not change with the
   # run seed (config.seed drives init and shuffling).
-  return sft_data.SFTDataConfig.from_config(
+  return episodes.SFTDataConfig.from_config(
       config.sft.to_dict(), seed=config.episodes.seed,
       context_budget=config.memory.context_budget,
       policy_input_limit=config.memory.policy_input_limit,
@@ -175,7 +174,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
   construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
       config.data.to_dict()))
-  train_records, dev_records, report = sft_data.build_sft_set(
+  train_records, dev_records, report = episodes.build_sft_set(
       construction, dev_pool, count_tokens=tok.count_tokens,
       config=_sft_data_config(config), verbose=False)
   table = report.format_table()
