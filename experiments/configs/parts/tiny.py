@@ -49,6 +49,7 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # after one step), at 1e-3 by enough that a second PPO pass (rl.num_iterations=2)
   # reaches the ε-clip (measured: 24% of pass-2 tokens outside [0.8, 1.2]).
   c.rl.learning_rate = 1e-3
+  c.rl.eval_every = 1                  # score every update's checkpoint on dev
   c.advantage.running_stats_init_count = 4
   c.verifier.backend = 'heuristic'     # CPU stand-in for the LLM verifiers
   c.solver.backend = 'oracle'          # oracle-evidence reader
@@ -58,3 +59,7 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.episodes.rollout_limit = 3
   c.episodes.token_budget = 16384
   c.checkpoint.save_every = 1
+  # A short held-out evaluation (make run's last table): a handful of validation
+  # questions, one seed.
+  c.eval.num_questions = 4
+  c.eval.seeds = (42,)
