@@ -50,8 +50,8 @@ A decision's total cost is capped at ExecutorConfig.cost_cap (SPEC §3).
 Online tokens (TN, SPEC §7): every policy and solver call's input and output tokens,
 the whole prompt counted again at each call. Task steps: solver calls (a decision
 before the spec's `answer_from` has none: the query is not posed yet). Tool calls (TC):
-decisions whose command named a non-null tool (accepted or rejected; ∅ and unparseable
-text are not tool calls).
+executed (accepted) non-null memory-tool calls; commands naming a tool that the executor
+rejected are counted apart (`rejected_tool_calls`); ∅ and unparseable text are neither.
 
 The policy only ever sees x_t. Labels (answer, supporting facts) live in
 `EpisodeSpec.example`, and the stale texts planted in M_0 in `EpisodeSpec.stale_texts`,
@@ -155,6 +155,7 @@ class _Live:
   decisions: list = dataclasses.field(default_factory=list)
   tokens: list = dataclasses.field(default_factory=lambda: [0, 0, 0, 0])
   tool_calls: int = 0
+  rejected_tool_calls: int = 0
   task_steps: int = 0
   final_answer: Optional[str] = None
   terminated_by: Optional[str] = None
@@ -266,7 +267,8 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
       final_answer=ep.final_answer, terminated_by=ep.terminated_by,
       policy_input_tokens=ep.tokens[0], policy_output_tokens=ep.tokens[1],
       solver_input_tokens=ep.tokens[2], solver_output_tokens=ep.tokens[3],
-      task_steps=ep.task_steps, tool_calls=ep.tool_calls, success=ep.success,
+      task_steps=ep.task_steps, tool_calls=ep.tool_calls,
+      rejected_tool_calls=ep.rejected_tool_calls, success=ep.success,
       progress=ep.progress, env_steps=ep.env_steps) for ep in live]
 
 
@@ -278,7 +280,8 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
   ep.tokens[1] += int(out.output_tokens)
   ep.tokens[2] += int(b.input_tokens)
   ep.tokens[3] += int(b.output_tokens)
-  ep.tool_calls += int(tr.is_tool_call)
+  ep.tool_calls += int(tr.is_tool_call and tr.accepted)
+  ep.rejected_tool_calls += int(tr.is_tool_call and not tr.accepted)
   violations = list(tr.violations)
 
   observation = None

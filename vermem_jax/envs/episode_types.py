@@ -180,7 +180,8 @@ class DecisionRecord:
     violations: memory.Violation tuple: T_m's, then interaction overflow and the
       terminal budget violation when they apply.
     cost: c_{t,k} = min(cost_cap, sum of violation costs).
-    is_tool_call: the command named a non-null tool (TC).
+    is_tool_call: the command named a non-null tool (accepted or not; an executed
+      call, counted in TC, when also `accepted`).
     transition_message: executor outcome or rejection reasons.
     state: s_t.
     state_after_memory: s̃_t.
@@ -238,7 +239,11 @@ class EpisodeResult:
     policy_input_tokens, policy_output_tokens, solver_input_tokens,
     solver_output_tokens: token sums over the episode's calls.
     task_steps: solver calls.
-    tool_calls: non-null tool calls (TC).
+    tool_calls: executed (accepted) non-null memory-tool calls: TC and the online
+      cost's call count (paper Eq. 15 / App. F.3 count executed calls; ∅ is a decision,
+      not a call).
+    rejected_tool_calls: commands naming a non-null tool that the executor rejected;
+      not calls of the online cost (their cost c_{t,k} reaches P_aux), reported apart.
     success: interactive episodes: the benchmark's own success signal at the end
       (False when the token budget or the decision limit stopped it first); False
       for schedule episodes (HotpotQA success is scored from the answer).
@@ -257,6 +262,7 @@ class EpisodeResult:
   solver_output_tokens: int
   task_steps: int
   tool_calls: int
+  rejected_tool_calls: int = 0
   success: bool = False
   progress: float = 0.0
   env_steps: int = 0

@@ -110,7 +110,6 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
             'invalid_actions': sum(d.env_step is not None and not d.env_step.info.get(
                 'valid', True) for d in result.decisions)}
   ops = collections.Counter(d.op for d in result.decisions)
-  executed = sum(d.is_tool_call and d.accepted for d in result.decisions)
   return {
       **task, 'episode_id': result.spec.episode_id, 'policy': policy,
       'seed': int(seed), 'budget': budget, 'answer': answer,
@@ -119,8 +118,9 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
       'tn': result.online_tokens,
       'tn_policy': result.policy_input_tokens + result.policy_output_tokens,
       'tn_solver': result.solver_input_tokens + result.solver_output_tokens,
-      'tc': result.tool_calls, 'tc_executed': executed,
-      'tc_rejected': result.tool_calls - executed,
+      # EpisodeResult.tool_calls counts executed calls only (the online cost's count).
+      'tc': result.tool_calls + result.rejected_tool_calls,
+      'tc_executed': result.tool_calls, 'tc_rejected': result.rejected_tool_calls,
       'decisions': result.num_decisions,
       'invalid': sum(not d.accepted for d in result.decisions),
       'op_counts': dict(sorted(ops.items())),
