@@ -50,6 +50,7 @@ import optax
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
+from vermem_jax.train import distributed
 from vermem_jax.train import setup as setup_lib
 
 # Sources of θ_old's log-probabilities (module docstring).
@@ -282,7 +283,7 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     loss_sum += float(l)
     parts.append(m)
     mask = step_batch['command_ids'] > 0
-    gap = (np.asarray(learner_lp) - step_batch['old_logprobs'])[mask]
+    gap = (distributed.to_host(learner_lp) - step_batch['old_logprobs'])[mask]
     gap_sum += float(gap.sum())
     gap_abs_sum += float(np.abs(gap).sum())
     gap_count += float(mask.sum())
