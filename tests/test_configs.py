@@ -165,6 +165,21 @@ def test_bad_scale_argument():
     ('sft.teacher_timeout_s', 0.0, 'config.sft.teacher_timeout_s'),
     ('model.mesh_fsdp', 0, 'config.model.mesh_fsdp'),
     ('model.mesh_data', -2, 'config.model.mesh_data'),
+    ('rl.eval_every', 0, 'config.rl.eval_every'),
+    ('rl.selection_metric', 'j_judge', 'config.rl.selection_metric'),
+    ('rl.eval_episodes', -1, 'config.rl.eval_episodes'),
+    ('solver.backend', 'openai_compatible', 'config.solver.base_url'),
+    ('solver.timeout_s', 0.0, 'config.solver.timeout_s'),
+    ('eval.seeds', (), 'config.eval.seeds'),
+    ('eval.seeds', (42, 42), 'config.eval.seeds: repeats'),
+    ('eval.temperature', 0.7, 'config.eval.temperature'),
+    ('eval.num_questions', -1, 'config.eval.num_questions'),
+    ('eval.batch_size', -2, 'config.eval.batch_size'),
+    ('eval.success_rule', 'f1', 'config.eval.success_rule'),
+    ('eval.success_rule', 'judge', "config.eval.success_rule: 'judge' needs"),
+    ('eval.judge_success_threshold', 1.5, 'config.eval.judge_success_threshold'),
+    ('eval.judge.backend', 'qwen-max', 'config.eval.judge'),
+    ('eval.judge.fallback', 'midpoint', 'config.eval.judge'),
 ])
 def test_validate_names_bad_field(field, value, match):
   c = common.get_config('phase_b')
@@ -175,6 +190,21 @@ def test_validate_names_bad_field(field, value, match):
   node[leaf] = value
   with pytest.raises(ValueError, match=match):
     validation.validate_config(c)
+
+
+def test_eval_config_validates_and_is_greedy(data_dir):
+  c = common.get_config('eval_hotpotqa')
+  validation.validate_config(c)
+  assert c.episodes.op_space == 'C' and c.rl.reference_phase == ''
+  assert c.eval.num_questions == 4 and c.eval.seeds == (42,)  # tiny: a short table
+  paper = common.get_config('eval_hotpotqa', 'scale=paper')
+  assert paper.eval.num_questions == 0 and paper.eval.seeds == (42, 43, 44)
+  assert paper.eval.judge.backend == '' and paper.eval.success_rule == 'auto'
+  assert paper.rl.eval_every == 50 and paper.rl.selection_metric == 'r_task'
+  c.solver.temperature = 0.7
+  with pytest.raises(ValueError, match='config.solver.temperature'):
+    validation.validate_config(c)
+  assert 'judge' in library.library_configs(common.get_config('phase_b'))
 
 
 def test_paper_scale_requires_hf_checkpoint(tmp_path):

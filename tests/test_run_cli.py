@@ -37,7 +37,7 @@ def test_resolve_config_path_forms(tmp_path):
   own.write_text('def get_config(arg=None):\n  return None\n')
   assert config_argv.resolve_config_path(f'{own}:x') == f'{own}:x'
   with pytest.raises(ValueError, match=r"'phase_d.py' is not in .*known configs: "
-                     r'phase_a, phase_b, phase_c, sft'):
+                     r'eval_hotpotqa, phase_a, phase_b, phase_c, sft'):
     config_argv.resolve_config_path('phase_d')
 
 

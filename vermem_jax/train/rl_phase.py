@@ -32,7 +32,14 @@ One update n (1-based; a checkpoint's step = completed updates):
      the update (∅ and rejected commands included; SPEC §6: per-command token mean,
      then mean over all decisions of the update). θ_old's log-probabilities come from
      the learner's own forward pass by default (`rl.old_logprobs`; rl_learner).
-  3. Logging, then a checkpoint every `checkpoint.save_every` updates and at the end.
+  3. Checkpoint selection (paper C.8; train/rl_selection.py): every `rl.eval_every`
+     updates and after the last, the new parameters run the phase's internal-dev
+     episodes greedily (no verifier) and score `rl.selection_metric`; that update's
+     checkpoint is saved with selection metrics {'dev_score', 'step'}. The phase's
+     selected checkpoint — what the next phase starts from and regularizes towards,
+     and what evaluation loads — is the best score, ties to the later step.
+  4. Logging (`dev/*` at scored updates), then a checkpoint every
+     `checkpoint.save_every` updates, at every scored update and at the end.
 
 Monitors (paper App. F.7): m^all and m^ans are averaged over the update's T x K
 trajectories of the rollout batch collected BEFORE update n's optimizer step; they are
@@ -99,6 +106,7 @@ from vermem_jax.train import distributed
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_resume
+from vermem_jax.train import rl_selection
 from vermem_jax.train import rl_setup
 from vermem_jax.train import setup as setup_lib
 
@@ -142,7 +150,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       after that update's checkpoint, if one was due; drills and tests).
   Returns:
     Final metrics (JSON values): 'phase', 'step' (completed updates), 'num_updates',
-    'complete', 'wall_time_s' (this call, seconds), 'cumulative_wall_time_s',
+    'complete', 'selected_step' (the internal-dev selection), 'wall_time_s' (this
+    call, seconds), 'cumulative_wall_time_s',
     'reference_phase', 'reference_step', 'reference_params_sha256',
     'params_sha256' (final θ), 'resumed_from' (restored step or 0) and the last logged
     update's metrics (`train/*`, `reward/*`, `rollout/*`, `time/*`, ...).
@@ -192,10 +201,11 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                                                   checkpoints.UNRESTORABLE_DIR), latest)
     md = restored.metadata or {}
     if restored.step >= total and md.get('final_metrics'):
-      mgr.close()
       logging.info('%s in %s is complete at update %d; nothing to do', phase, directory,
                    restored.step)
       done = dict(md['final_metrics'])
+      done['selected_step'] = mgr.best_step()
+      mgr.close()
       done['wall_time_s'] = time.time() - t_start
       return done
 
@@ -255,6 +265,15 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       setup.model_config, params, tok, sampling_config=setup.sampling_config,
       batch_buckets=(setup.rollout_config.num_rollouts,),
       generate_fn=setup_lib.generate_fn_for(mesh), group=group)
+  # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
+  dev_policy = policy_lib.SamplerPolicy(
+      setup.model_config, params, tok, sampling_config=setup.sampling_config,
+      greedy=True, generate_fn=setup_lib.generate_fn_for(mesh), group=group)
+  n_dev = int(config.rl.get('eval_episodes', 0))
+  dev_specs = setup.dev_specs[:n_dev] if n_dev else setup.dev_specs
+  eval_every = int(config.rl.get('eval_every', 0))
+  metric = rl_selection.check_metric(
+      str(config.rl.get('selection_metric', rl_selection.DEFAULT_METRIC)))
   stop = total if stop_after_update is None else min(total, int(stop_after_update))
   save_every = int(config.checkpoint.save_every)
   log_every = int(config.metrics.log_every)
@@ -304,6 +323,17 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       row['time/learner_s'] = t2 - t1
       row['time/update_s'] = t2 - t0
       row['rollout/task_ids_first'] = float(task_ids[0])
+      selection = None
+      if rl_selection.is_eval_step(n, total, eval_every):
+        t3 = time.perf_counter()
+        dev_policy.params = params
+        dev = rl_selection.dev_evaluation(
+            dev_specs, dev_policy, setup.solver, count_tokens=tok.count_tokens,
+            executor_config=setup.executor_config, env_config=setup.env_config,
+            seed=seed, metric=metric, group=group)
+        row.update(dev)
+        row['time/dev_eval_s'] = time.perf_counter() - t3
+        selection = rl_selection.selection_metrics(dev, n)
       is_monitor = (n - 1) % monitor_every == 0 or n == total
       if is_monitor:
         row['monitor/point'] = float(n - 1)
@@ -318,7 +348,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       bar.update(1)
       bar.set_postfix(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
                       r=f'{row.get("reward/r_global", math.nan):.3f}')
-      if n % save_every == 0 or n == total:
+      if n % save_every == 0 or n == total or selection is not None:
         wall = prior_wall + time.time() - t_start
         metadata = {'fingerprint': fingerprint, 'reference': reference,
                     'cumulative_wall_time_s': wall, 'complete': n >= total,
@@ -329,16 +359,22 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         mgr.save(checkpoints.TrainState(
             step=n, params=params, opt_state=opt_state,
             rng=task_selection.update_rng(seed, n + 1), running_stats=running.to_dict(),
-            data_position=rl_resume.data_position(n, setup, seed), metadata=metadata))
+            data_position=rl_resume.data_position(n, setup, seed), metadata=metadata),
+            selection_metrics=selection)
   finally:
     bar.close()
     writer.close()
     if table is not None:
       table.close()
+  selected = mgr.best_step()
   mgr.close()
+  if selected is not None:
+    logging.info('%s: selected checkpoint step %d on internal dev (%s)', phase,
+                 selected, metric)
   wall = prior_wall + time.time() - t_start
   out = _final_metrics(phase, step, total, wall, reference, params, resumed_from,
                        last or last_logged)
+  out['selected_step'] = selected
   out['wall_time_s'] = time.time() - t_start
   return out
 

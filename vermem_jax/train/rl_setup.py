@@ -32,10 +32,8 @@ import ml_collections
 from vermem_jax.envs import environment
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import task_solvers
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
@@ -47,6 +45,7 @@ from vermem_jax import verifiers
 from vermem_jax.verifiers import base as vbase
 from vermem_jax.train import rl_learner
 from vermem_jax.train import setup as setup_lib
+from vermem_jax.train import task_solver_setup
 
 # SPEC §4: the curriculum θ_SFT -> θ_A -> θ_B -> θ_C; each RL phase starts from, and
 # regularizes towards, the previous phase's parameters.
@@ -168,29 +167,10 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   if len(train_specs) < int(config.rl.tasks_per_update):
     raise ValueError(f'config.episodes.num_train: {len(train_specs)} train episodes < '
                      f'rl.tasks_per_update={config.rl.tasks_per_update}')
-  if config.solver.backend == 'oracle':
-    solver = task_solvers.OracleEvidenceReader.from_examples(
-        list(construction) + list(dev_pool), tokenizer=tok)
-  elif config.solver.backend == 'llm':
-    path = config.solver.hf_checkpoint or config.model.hf_checkpoint
-    if path:
-      s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype,
-                                                 mesh=mesh)
-      s_cfg = s_cfg.replace(dtype=config.model.dtype)
-      field = ('config.solver.hf_checkpoint' if config.solver.hf_checkpoint
-               else 'config.model.hf_checkpoint')
-      setup_lib.check_tokenizer_fits(tok, s_cfg, field=field)
-    elif solver_params is not None:
-      s_cfg, s_params = mc, solver_params
-    else:
-      raise ValueError('config.solver.hf_checkpoint: the llm task solver needs weights '
-                       '(set solver.hf_checkpoint or model.hf_checkpoint), or use '
-                       "solver.backend='oracle'")
-    solver = task_solvers.LLMTaskSolver(
-        tok, s_cfg, s_params,
-        config=task_solvers.SolverConfig.from_config(_section(config, 'solver')))
-  else:
-    raise ValueError(f'config.solver.backend: unknown {config.solver.backend!r}')
+  # The oracle may hold the labels of both pools (train rollouts and dev scoring).
+  solver = task_solver_setup.make_task_solver(
+      config, tok, list(construction) + list(dev_pool), solver_params=solver_params,
+      mesh=mesh)
   verifier = verifiers.make_verifier(
       _fields_from(vbase.VerifierConfig, _section(config, 'verifier')))
   if hasattr(verifier, 'preflight'):

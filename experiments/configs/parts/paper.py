@@ -169,7 +169,7 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   c.rl.entropy_coef = 0.0              # SPEC §6: no entropy bonus
   c.rl.weight_decay = 0.0              # decision: SPEC gives none
   c.rl.monitor_every = 10              # decision: cadence of m^all / m^ans (updates)
-  c.rl.reference_phase = curriculum.PREVIOUS_PHASE[c.phase] or ''  # SPEC §4 π_ref
+  c.rl.reference_phase = curriculum.PREVIOUS_PHASE.get(c.phase) or ''  # SPEC §4 π_ref
   # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
   #   'learner': recomputed in the learner's forward at the rollout temperature under
   #     stop_gradient. One optimizer step per update makes θ = θ_old there, so ρ = 1
@@ -177,6 +177,13 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   #     distribution and would bias ρ by log(nucleus mass).
   #   'sampler': the sampler's recorded log-probs (the bias above included).
   c.rl.old_logprobs = 'learner'
+  # Checkpoint selection on the internal-dev set (paper C.8; train/rl_selection.py):
+  # greedy dev episodes every eval_every updates and after the last; the phase's
+  # selected checkpoint is the best score, ties to the later step.
+  c.rl.eval_every = 50                 # decision: the paper gives no cadence
+  # 'r_task' | 'em' | 'f1' | 'sf_recall' | 'm_ans' (rl_selection.SELECTION_METRICS)
+  c.rl.selection_metric = 'r_task'     # decision: SPEC §5's task score
+  c.rl.eval_episodes = 0               # dev episodes scored; 0 = all of episodes.num_dev
 
 
 def _advantage(c: ml_collections.ConfigDict) -> None:
@@ -229,11 +236,20 @@ def _solver(c: ml_collections.ConfigDict) -> None:
   """Task solver π_task (SPEC §4)."""
   # Keys = envs.task_solvers.SolverConfig fields + backend, hf_checkpoint.
   c.solver = ml_collections.ConfigDict()
-  c.solver.backend = 'llm'             # 'llm' | 'oracle' (diagnostic stand-in)
+  # 'llm' (in-process Qwen) | 'openai_compatible' (a served model) | 'oracle' (a
+  # diagnostic stand-in that reads the labels; tables mark it so).
+  c.solver.backend = 'llm'
   c.solver.hf_checkpoint = ml_collections.FieldReference(None, field_type=str)  # None = backbone
   c.solver.max_new_tokens = 64         # decision: solver answer length (tokens)
   c.solver.temperature = 0.0           # greedy task solver (paper App. C.3)
   c.solver.top_p = 1.0                 # paper App. C.3
+  # openai_compatible backend (vLLM, SGLang, a hosted API):
+  c.solver.base_url = ''               # endpoint root, e.g. http://127.0.0.1:8000/v1
+  c.solver.model = ''                  # model name served there
+  c.solver.api_key_env = 'VERMEM_SOLVER_API_KEY'  # env var name ('' = no auth)
+  c.solver.timeout_s = 60.0            # decision: seconds per request
+  c.solver.max_retries = 2             # decision: re-sends of a failed request
+  c.solver.max_concurrency = 8         # decision: requests in flight
 
 
 def _episodes(c: ml_collections.ConfigDict) -> None:
@@ -264,7 +280,41 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   c.eval.target_success = 40.0         # SPEC §7: S* for TN@S*
   c.eval.target_budget = 2500          # SPEC §7: B* for SR@B*
   c.eval.seeds = (42, 43, 44)          # SPEC §7
-  c.eval.temperature = 0.0             # SPEC §4
+  c.eval.temperature = 0.0             # SPEC §4: the policy decodes greedily
+  # Comma-separated: base, sft, phase_a, phase_b, phase_c, hf:/path, NAME=<entry>;
+  # '' = base + every phase with a checkpoint in the workdir (train/eval_policies.py).
+  c.eval.policies = ''
+  c.eval.num_questions = 0             # per seed, drawn with the seed; 0 = all (paper)
+  # decision: episodes advancing together (one sampler call per step); bounds the
+  # sampler batch and the memory of live episodes. 0 = all questions at once.
+  c.eval.batch_size = 64
+  # Episode success for the frontier: 'auto' = J_judge >= threshold when a judge is
+  # set, else EM = 1; 'em'; 'judge'.
+  c.eval.success_rule = 'auto'
+  c.eval.judge_success_threshold = 0.5  # decision
+  # False: each budget's success from the unbudgeted run (exact under greedy
+  # decoding, eval/frontier.py); True: one hard-budget run per budget.
+  c.eval.frontier_reruns = False
+  c.eval.output_dir = ''               # '' = <workdir>/eval_hotpotqa
+  # Answer / memory-quality judge (paper C.6); keys = eval.judges.JudgeConfig fields.
+  # backend '' = none: J_judge and MQ are reported absent.
+  c.eval.judge = ml_collections.ConfigDict()
+  c.eval.judge.backend = ''            # '' | 'openai_compatible' | 'local_model'
+  c.eval.judge.base_url = ''           # openai_compatible: endpoint root (…/v1)
+  c.eval.judge.model = ''              # the judge model (paper: a fixed Qwen-Max snapshot)
+  c.eval.judge.api_key_env = 'VERMEM_JUDGE_API_KEY'  # env var name; key never logged
+  c.eval.judge.timeout_s = 60.0        # decision: seconds per request
+  c.eval.judge.max_concurrency = 8     # decision: requests in flight
+  c.eval.judge.max_retries = 2         # decision: re-asks after malformed output
+  c.eval.judge.backoff_s = 1.0         # decision: HTTP retry backoff base (seconds)
+  c.eval.judge.fallback = 'zero'       # 'zero' | 'skip' (None); counted either way
+  c.eval.judge.checkpoint_path = ''    # local_model: HF Qwen folder
+  c.eval.judge.tokenizer_path = ''     # local_model: '' = the run's tokenizer
+  c.eval.judge.max_new_tokens = 8      # decision: one number
+  c.eval.judge.batch_size = 16         # local_model: prompts per generate call
+  c.eval.judge.temperature = 0.0       # deterministic judge (paper C.6)
+  c.eval.judge.max_section_chars = 12000  # decision: prompt section truncation
+  c.eval.judge.seed = 0
 
 
 def _checkpoint(c: ml_collections.ConfigDict) -> None:

@@ -41,6 +41,7 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.rl.tasks_per_update = 2
   c.rl.rollouts_per_task = 4
   c.rl.monitor_every = 1
+  c.rl.eval_every = 1                  # score every update's checkpoint on dev
   c.advantage.running_stats_init_count = 4
   c.verifier.backend = 'heuristic'     # CPU stand-in for the LLM verifiers
   c.solver.backend = 'oracle'          # oracle-evidence reader
@@ -50,3 +51,7 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.episodes.rollout_limit = 3
   c.episodes.token_budget = 16384
   c.checkpoint.save_every = 1
+  # A short held-out evaluation (make run's last table): a handful of validation
+  # questions, one seed.
+  c.eval.num_questions = 4
+  c.eval.seeds = (42,)
