@@ -5,9 +5,9 @@ One scenario, run once per module (tests/multiprocess.py starts the processes; e
 wait is bounded, so a hung process fails the test instead of hanging it):
   U. `experiments/run.py --config=phase_a` in 2 processes, uninterrupted: one SFT step,
      then two Phase A updates; both processes exit on their own.
-  K. The same Phase A run in a second workdir (U's SFT checkpoint copied): process 1 is
-     SIGKILLed right after the update-1 checkpoint is committed, i.e. during update 2;
-     process 0, left waiting in a collective, is torn down with it.
+  K. A copy of U's workdir as it was after update 1; the same command resumes it and
+     process 1 is SIGKILLed during update 2; process 0, left waiting in a collective,
+     is torn down with it.
   B. The same command in 2 fresh processes resumes K from update 1 and ends on its own.
   R. One process with 8 devices: the same SFT step, and the same first Phase A update
      from U's (2-process) SFT checkpoint; it restores the 2-process checkpoints into
@@ -83,6 +83,7 @@ for name, workdir in (('u', U), ('k', K)):
   for step in (1, 2):
     out[f'{name}_a{step}_sha'] = rl_resume.params_fingerprint(
         load(workdir, 'phase_a', step=step))
+assert out['k_a1_sha'] == out['u_a1_sha']  # K's update 1 is U's (copied)
 print('RESULT ' + json.dumps(out))
 '''
 
@@ -149,12 +150,16 @@ def scenario(tmp_path_factory):
   out['u_logs'] = [job.log(0), job.log(1)]
   assert out['u_returncodes'] == [0, 0], job.log(0)[-3000:] + job.log(1)[-3000:]
 
-  # K: from U's SFT checkpoint; kill process 1 once update 1 is committed.
-  shutil.copytree(os.path.join(u_dir, 'sft'), os.path.join(k_dir, 'sft'))
+  # K: U's workdir as it was after update 1; resume, and kill process 1 during update 2.
+  shutil.copytree(u_dir, k_dir)
+  phase_a = os.path.join(k_dir, 'phase_a')
+  shutil.rmtree(os.path.join(phase_a, '2'))
+  os.remove(os.path.join(phase_a, checkpoints.COMPLETE_MARKER))
   port = multiprocess.free_port()
   job = multiprocess.Job([_run_command(k_dir, port, i) for i in range(2)], logs, name='k')
-  phase_a = os.path.join(k_dir, 'phase_a')
-  job.wait_for(lambda: _committed(phase_a, 1), RUN_TIMEOUT_S, 'the update-1 checkpoint')
+  job.wait_for(lambda: 'phase_a resumes from update 1' in job.log(0), RUN_TIMEOUT_S,
+               'the resume from update 1')
+  time.sleep(1)  # into update 2: its sampling and learner take seconds even compiled
   job.kill(1)
   time.sleep(3)  # process 0 waits in a collective for its peer: tear the job down
   job.kill_all()
@@ -189,6 +194,8 @@ def scenario(tmp_path_factory):
 
 def test_two_processes_match_one_process_with_eight_devices(scenario):
   ref = scenario['reference']
+  print({k: v for k, v in ref.items() if not k.endswith('sha')},
+        f'uninterrupted 2-process run: {scenario["u_seconds"]:.0f} s')
   assert ref['devices'] == 8 and ref['processes'] == 1
   assert ref['sft_diff'] <= TOL, ref
   assert ref['a1_diff'] <= TOL, ref
@@ -204,8 +211,7 @@ def test_killed_process_and_restart_resume_to_the_same_params(scenario):
   assert scenario['b_returncodes'] == [0, 0], scenario['b_logs'][0][-3000:]
   assert 'phase_a resumes from update 1 of 2' in scenario['b_logs'][0]
   ref = scenario['reference']
-  # Bit-identical to the uninterrupted run, after update 1 and after the resumed 2.
-  assert ref['k_a1_sha'] == ref['u_a1_sha']
+  # Bit-identical to the uninterrupted run.
   assert ref['k_a2_sha'] == ref['u_a2_sha']
   assert ref['u_a2_sha'] != ref['u_a1_sha']
   with checkpoints.PhaseCheckpointManager(os.path.join(scenario['k'], 'phase_a')) as mgr:
@@ -218,8 +224,8 @@ def test_only_process_0_writes_metrics_and_logs(scenario):
                                 (k, 'phase_a', [1, 2])):
     rows = metrics_lib.read_jsonl(os.path.join(workdir, phase, metrics_lib.METRICS_FILE))
     assert [r['step'] for r in rows] == steps, (workdir, phase)  # one writer
-  # One TensorBoard file per writer: one per run of a phase (K's: killed + resumed).
-  for workdir, phase, count in ((u, 'sft', 1), (u, 'phase_a', 1), (k, 'phase_a', 2)):
+  # One TensorBoard file per writer: one per run of a phase (K: U's, killed, resumed).
+  for workdir, phase, count in ((u, 'sft', 1), (u, 'phase_a', 1), (k, 'phase_a', 3)):
     files = glob.glob(os.path.join(workdir, phase, 'events.out.tfevents.*'))
     assert len(files) == count, (workdir, phase, files)
   d = os.path.join(u, 'phase_a')
@@ -277,6 +283,6 @@ def test_hung_peer_fails_instead_of_hanging(tmp_path):
   job = multiprocess.Job(commands, str(tmp_path), name='hung')
   t0 = time.time()
   with pytest.raises(multiprocess.JobTimeout, match=r'processes \[0, 1\] still running'):
-    job.wait(15)
-  assert time.time() - t0 < 30
+    job.wait(6)
+  assert time.time() - t0 < 20
   assert all(p.poll() is not None for p in job.procs)

@@ -69,8 +69,6 @@ MODES = ('auto', 'off')
 # Smallest exchange buffer (bytes); buffers are powers of two above it.
 _MIN_EXCHANGE_BYTES = 256
 
-_pathways = False
-
 
 @dataclasses.dataclass(frozen=True)
 class DistributedOptions:
@@ -149,7 +147,6 @@ def initialize(options: DistributedOptions = DistributedOptions()) -> str:
     ValueError: a bad flag combination, pathways without the package, or a failed join
       (names the flags).
   """
-  global _pathways
   if options.mode not in MODES:
     raise ValueError(f'--distributed must be one of {MODES}, got {options.mode!r}')
   if options.pathways:
@@ -160,7 +157,6 @@ def initialize(options: DistributedOptions = DistributedOptions()) -> str:
                        'pathwaysutils); leave the flag off on plain multi-controller '
                        'JAX') from e
     pathwaysutils.initialize()
-    _pathways = True
     return 'pathways'
   if options.mode == 'off':
     if options.explicit:
@@ -398,11 +394,6 @@ def to_host(x: Any) -> np.ndarray:
 def tree_to_host(tree: Any) -> Any:
   """`to_host` on every leaf of a pytree."""
   return jax.tree.map(to_host, tree)
-
-
-def is_pathways() -> bool:
-  """Whether `initialize` set up Pathways (single controller)."""
-  return _pathways
 
 
 def log_setup(description: str) -> None:
