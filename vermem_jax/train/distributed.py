@@ -144,8 +144,9 @@ def initialize(options: DistributedOptions = DistributedOptions()) -> str:
   Returns:
     'pathways', 'single' or 'distributed (<source>): process i of P'.
   Raises:
-    ValueError: a bad flag combination, pathways without the package, or a failed join
-      (names the flags).
+    ValueError: a bad flag combination or missing job layout (names the flags), or
+      pathways without the package. Processes that do not all join within
+      `initialization_timeout_s` are aborted by JAX's runtime (not catchable).
   """
   if options.mode not in MODES:
     raise ValueError(f'--distributed must be one of {MODES}, got {options.mode!r}')
