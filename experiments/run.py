@@ -181,6 +181,7 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
                     'first (tiny scale)', config.phase,
                     curriculum.PREVIOUS_PHASE[config.phase], workdir, ', '.join(plan[:-1]))
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top
   for phase in plan:
     cfg = config if phase == config.phase else overrides_lib.phase_config(
         phase, config.scale, overrides)
@@ -263,6 +264,7 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(2)
   from vermem_jax import http_chat  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top
   try:
     run(config, workdir, dry_run=_DRY_RUN.value,
         override_args=config_argv.config_override_args(sys.argv))
@@ -275,6 +277,12 @@ def main(argv: Sequence[str]) -> None:
     logging.debug('error traceback', exc_info=True)
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except nonfinite.NonFiniteError as e:
+    # Training diverged (not bad input): the message names the update or step; every
+    # checkpoint already written holds finite parameters.
+    logging.debug('error traceback', exc_info=True)
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
 
 
 def entry() -> None:

@@ -6,6 +6,7 @@ the run: processes still alive at the deadline are all killed and `JobTimeout` i
 raised, so a hung peer fails a test instead of hanging it. Output goes to one log file
 per process (`Job.log(i)`).
 """
+import ctypes
 import os
 import signal
 import socket
@@ -14,6 +15,14 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _die_with_parent() -> None:
+  """Child-side: SIGKILL this process when the test process dies (Linux prctl
+  PR_SET_PDEATHSIG), so a test runner killed from outside (a CI or `timeout` deadline)
+  leaves no JAX processes behind; elsewhere a no-op."""
+  if sys.platform.startswith('linux'):
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
 
 
 class JobTimeout(AssertionError):
@@ -46,7 +55,8 @@ class Job:
       with open(log, 'w') as f:
         self.procs.append(subprocess.Popen(
             cmd, cwd=REPO, env=env or env_for(devices), stdout=f,
-            stderr=subprocess.STDOUT, start_new_session=True))
+            stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent))
 
   def log(self, i: int) -> str:
     with open(self.logs[i], errors='replace') as f:

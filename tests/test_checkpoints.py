@@ -230,6 +230,19 @@ def test_save_refuses_old_step_and_bad_json(tmp_path):
     assert mgr.all_steps() == [4]
 
 
+def test_save_refuses_non_finite_params(tmp_path):
+  with ck.PhaseCheckpointManager(tmp_path / 'x') as mgr:
+    mgr.save(_state(1))
+    for bad_value in (jnp.nan, jnp.inf):
+      bad = _state(2)
+      kernel = bad.params['layers_0']['mlp']['kernel']
+      bad.params['layers_0']['mlp']['kernel'] = kernel.at[1, 2].set(bad_value)
+      with pytest.raises(ck.CheckpointError, match='NaN or Inf'):
+        mgr.save(bad)
+    assert mgr.all_steps() == [1]
+    _assert_tree_equal(mgr.restore(_template()).params, _state(1).params)
+
+
 def test_template_mismatch_is_an_error_not_a_silent_reshape(tmp_path):
   with ck.PhaseCheckpointManager(tmp_path / 'x') as mgr:
     mgr.save(_state(1))

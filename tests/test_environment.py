@@ -294,7 +294,10 @@ def test_k_copies_share_initial_state_and_rejections_are_recorded(examples):
   assert not_allowed.decisions[0].violations[0].kind == "op_not_allowed"
   assert bad.final_answer is None and not_allowed.final_answer is None
   assert all(r.spec.initial_state is spec.initial_state for r in results)
-  assert bad.tool_calls == 1 and good.tool_calls == 1
+  # Executed calls only: the rejected one is reported apart (its cost is in P_aux).
+  assert bad.tool_calls == 0 and good.tool_calls == 1
+  assert bad.rejected_tool_calls == 1 and good.rejected_tool_calls == 0
+  assert not_allowed.rejected_tool_calls == 1 and not_allowed.tool_calls == 0
 
 
 def test_observation_overflow_charged_to_decision(examples):

@@ -6,6 +6,7 @@ The processes are threads here, joined by `ThreadGroup` (an allgather over a bar
 so the split logic is checked exactly and fast; tests/test_multihost.py runs the real
 thing on JAX's distributed runtime.
 """
+import dataclasses
 import threading
 
 import jax
@@ -23,6 +24,7 @@ from vermem_jax.rl import policy as pol
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rollout
 from vermem_jax.rl import task_selection
+from vermem_jax.train import rl_phase
 from vermem_jax.train import rl_selection
 from vermem_jax.verifiers import make_verifier
 
@@ -170,7 +172,19 @@ def test_split_update_equals_the_single_process_update(four_tasks, tok, oracle, 
                                     getattr(one.advantages, k))
     timeless = lambda m: {k: v for k, v in m.items() if not k.startswith('time/')}
     assert timeless(whole.metrics) == timeless(one.metrics)
+    # The light trajectories keep every count of the episode (tokens, tool calls,
+    # rejected calls) that the phase's summary row reads.
+    assert rl_phase.rollout_summary(whole) == rl_phase.rollout_summary(one)
     assert set(whole.timings) == set(one.timings)
+  t = one.trajectories[0]
+  t = dataclasses.replace(t, result=dataclasses.replace(
+      t.result, tool_calls=2, rejected_tool_calls=3, task_steps=4))
+  light = process_split._light_trajectory(t).result  # pylint: disable=protected-access
+  assert (light.spec, light.decisions, light.final_state) == (None, (), None)
+  heavy = ('spec', 'decisions', 'final_state')
+  assert {f.name: getattr(light, f.name) for f in dataclasses.fields(light)
+          if f.name not in heavy} == {f.name: getattr(t.result, f.name) for f in
+                                      dataclasses.fields(light) if f.name not in heavy}
 
 
 # ----------------------------------------------------------------------------- sampler

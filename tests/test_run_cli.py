@@ -203,7 +203,7 @@ def test_check_config_argv_names_bad_fields_and_scale():
   check('--config=phase_a', '--config.rl.learning_rate=3e-6', '--config.seed', '1')
   with pytest.raises(ValueError, match=r"--config.rl.learning_rat: config.rl has no field "
                      r"'learning_rat' \(did you mean 'learning_rate'\?\); its fields: "
-                     r'clip_epsilon, '):
+                     r'adam_b1, adam_b2, adam_eps, clip_epsilon, '):
     check('--config=phase_a', '--config.rl.learning_rat=1')
   with pytest.raises(ValueError, match="config has no field 'bogus'"):
     check('--config', 'sft', '--config.bogus.x=1')

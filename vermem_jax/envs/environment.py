@@ -196,7 +196,8 @@ class DecisionRecord:
     violations: memory.Violation tuple: T_m's, then interaction overflow and the
       terminal budget violation when they apply.
     cost: c_{t,k} = min(cost_cap, sum of violation costs).
-    is_tool_call: the command named a non-null tool (TC).
+    is_tool_call: the command named a non-null tool (accepted or not; an executed
+      call, counted in TC, when also `accepted`).
     transition_message: executor outcome or rejection reasons.
     state: s_t.
     state_after_memory: s̃_t.
@@ -248,7 +249,11 @@ class EpisodeResult:
     policy_input_tokens, policy_output_tokens, solver_input_tokens,
     solver_output_tokens: token sums over the episode's calls.
     task_steps: solver calls.
-    tool_calls: non-null tool calls (TC).
+    tool_calls: executed (accepted) non-null memory-tool calls: TC and the online
+      cost's call count (paper Eq. 15 / App. F.3 count executed calls; ∅ is a decision,
+      not a call).
+    rejected_tool_calls: commands naming a non-null tool that the executor rejected;
+      not calls of the online cost (their cost c_{t,k} reaches P_aux), reported apart.
   """
   spec: EpisodeSpec
   decisions: tuple[DecisionRecord, ...]
@@ -261,6 +266,7 @@ class EpisodeResult:
   solver_output_tokens: int
   task_steps: int
   tool_calls: int
+  rejected_tool_calls: int = 0
 
   @property
   def online_tokens(self) -> int:
@@ -354,6 +360,7 @@ class _Live:
   decisions: list = dataclasses.field(default_factory=list)
   tokens: list = dataclasses.field(default_factory=lambda: [0, 0, 0, 0])
   tool_calls: int = 0
+  rejected_tool_calls: int = 0
   task_steps: int = 0
   final_answer: Optional[str] = None
   terminated_by: Optional[str] = None
@@ -453,7 +460,8 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
       final_answer=ep.final_answer, terminated_by=ep.terminated_by,
       policy_input_tokens=ep.tokens[0], policy_output_tokens=ep.tokens[1],
       solver_input_tokens=ep.tokens[2], solver_output_tokens=ep.tokens[3],
-      task_steps=ep.task_steps, tool_calls=ep.tool_calls) for ep in live]
+      task_steps=ep.task_steps, tool_calls=ep.tool_calls,
+      rejected_tool_calls=ep.rejected_tool_calls) for ep in live]
 
 
 def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
@@ -464,7 +472,8 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
   ep.tokens[1] += int(out.output_tokens)
   ep.tokens[2] += int(b.input_tokens)
   ep.tokens[3] += int(b.output_tokens)
-  ep.tool_calls += int(tr.is_tool_call)
+  ep.tool_calls += int(tr.is_tool_call and tr.accepted)
+  ep.rejected_tool_calls += int(tr.is_tool_call and not tr.accepted)
   violations = list(tr.violations)
 
   observation = None

@@ -34,7 +34,6 @@ from typing import Any, Callable, Optional, Sequence
 from absl import logging
 import numpy as np
 
-from vermem_jax.envs import environment
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import rollout_records
 
@@ -154,14 +153,8 @@ def _light_decision(d: rollout_records.RolloutDecision) -> rollout_records.Rollo
 
 def _light_trajectory(t: rollout_records.RolloutTrajectory
                       ) -> rollout_records.RolloutTrajectory:
-  r = t.result
-  light = environment.EpisodeResult(
-      spec=None, decisions=(), final_state=None, final_answer=r.final_answer,
-      terminated_by=r.terminated_by, policy_input_tokens=r.policy_input_tokens,
-      policy_output_tokens=r.policy_output_tokens,
-      solver_input_tokens=r.solver_input_tokens,
-      solver_output_tokens=r.solver_output_tokens, task_steps=r.task_steps,
-      tool_calls=r.tool_calls)
+  # Every count of the EpisodeResult survives (tool calls, rejected calls, tokens).
+  light = dataclasses.replace(t.result, spec=None, decisions=(), final_state=None)
   return dataclasses.replace(t, result=light)
 
 

@@ -14,7 +14,8 @@ One update (`collect_update`):
      decision.
   3. Verifiers: ONE `score_local` call over every decision of the update (rejected
      commands are not scored: r^local None, A^local 0) and ONE `score_global` call over
-     all trajectories. The global input carries the reference answer and annotated
+     all trajectories. The global input carries the decisions with their outcomes, the
+     budgeted terminal history, and the reference answer and annotated
      supporting facts (training only, App. F.1/F.3; `global_labels=False` drops them);
      the local input never does.
   4. Rewards per task group (rl.rewards, Eq. 12-18): r^task (mean of EM and F1, 0
@@ -27,8 +28,13 @@ One update (`collect_update`):
      A^local per op type with the phase RunningStats (consulted before, then updated
      with this batch, per that module's documented rule), A^hier per decision.
 
-A missing global score (verifier fallback 'skip') counts as the midpoint 0.5 for v^coh
-and v^state (decision; counted in `metrics['rollout/global_unscored']`).
+A missing global score (verifier fallback 'skip') counts as
+`reward.unscored_global_value` (decision: the midpoint 0.5) for v^coh and v^state,
+counted in `metrics['rollout/global_unscored']`. The online cost counts executed
+non-null tool calls (EpisodeResult.tool_calls); rejected commands are not calls (their
+cost c_{t,k} is in P_aux) and are reported as `rollout/rejected_tool_calls`. The global
+verifier reads every decision of the trajectory (∅ included) with its outcome and the
+terminal history within `verifier.global_history_tokens` (adapters.global_input).
 
 Determinism: the update's key `rng` (e.g. `task_selection.update_rng(seed, update)`)
 is folded with the index of each policy call (`task_selection.BoundPolicy`), so the
@@ -61,9 +67,6 @@ from vermem_jax.rl import rollout_records
 from vermem_jax.rl import task_selection
 from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import base as vbase
-
-# v^coh / v^state used when the global verifier returned no score (fallback 'skip').
-UNSCORED_GLOBAL_VALUE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,9 +153,11 @@ class _Scored:
 
 def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
            executor_config: mexec.ExecutorConfig, reward_config: rw.RewardConfig,
-           global_labels: bool, timings: dict) -> _Scored:
+           global_labels: bool, global_history_tokens: Optional[int],
+           timings: dict) -> _Scored:
   """Local and global verifier calls (one batched call each) and the rewards of the
-  `num_tasks` groups of K trajectories in `results` (module docstring, steps 3-4)."""
+  `num_tasks` groups of K trajectories in `results` (module docstring, steps 3-4;
+  `global_history_tokens` as in `collect_update`)."""
   # ---- local verifier: one batched call over every decision of the update.
   t0 = time.perf_counter()
   flat = []  # (trajectory index, DecisionRecord)
@@ -168,15 +173,17 @@ def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
 
   # ---- global verifier: one batched call over all trajectories.
   t0 = time.perf_counter()
+  if global_history_tokens is None:
+    global_history_tokens = getattr(getattr(verifier, 'config', None),
+                                    'global_history_tokens', None)
   global_inputs = []
   for res in results:
     ex = res.spec.example
-    if global_labels:
-      global_inputs.append(adapters.global_input(
-          res.final_state, res.final_answer, reference_answer=ex.answer,
-          supporting_facts=supporting_fact_views(ex)))
-    else:
-      global_inputs.append(adapters.global_input(res.final_state, res.final_answer))
+    labels = (dict(reference_answer=ex.answer, supporting_facts=supporting_fact_views(ex))
+              if global_labels else {})
+    global_inputs.append(adapters.global_input(
+        res.final_state, res.final_answer, decisions=res.decisions,
+        history_token_budget=global_history_tokens, **labels))
   global_scores = verifier.score_global(global_inputs)
   timings['verifier_global'] = time.perf_counter() - t0
 
@@ -193,9 +200,10 @@ def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
                              hotpotqa.supporting_unit_ids(res.spec.example))
                     for res in results], np.float64)
   unscored_global = sum(1 for g in global_scores if g is None)
-  v_coh = np.array([g.v_coh if g is not None else UNSCORED_GLOBAL_VALUE
+  unscored = reward_config.unscored_global_value
+  v_coh = np.array([g.v_coh if g is not None else unscored
                     for g in global_scores], np.float64)
-  v_state = np.array([g.v_state if g is not None else UNSCORED_GLOBAL_VALUE
+  v_state = np.array([g.v_state if g is not None else unscored
                       for g in global_scores], np.float64)
   tokens = np.array([res.online_tokens for res in results], np.float64)
   steps = np.array([res.task_steps for res in results], np.float64)
@@ -244,7 +252,8 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
                    advantage_config: adv.AdvantageConfig = adv.AdvantageConfig(),
                    reward_config: rw.RewardConfig = rw.RewardConfig(),
                    phase: str = '', update: int = 0, global_labels: bool = True,
-                   update_running_stats: bool = True, group: Any = None
+                   update_running_stats: bool = True,
+                   global_history_tokens: Optional[int] = None, group: Any = None
                    ) -> rollout_records.RolloutResult:
   """Collects T tasks x K rollouts, scores them and computes A^hier (module docstring).
 
@@ -268,6 +277,8 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
     global_labels: give the global verifier the reference answer and supporting facts
       (training, App. F.1/F.3).
     update_running_stats: fold this batch into running_stats (False for diagnostics).
+    global_history_tokens: token budget of the terminal history in the global input;
+      None = the verifier config's `global_history_tokens` (unbounded without one).
     group: multi-process collection (train/distributed.py ProcessGroup; `policy` in
       collective mode): `tasks` are this process's block of the update's tasks, in
       process order. Rewards and A^global stay per process (each group's K rollouts
@@ -329,7 +340,8 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
     timings['solver'] = solver_time[0]
     timings['environment'] = loop_time - step_policy.seconds - solver_time[0]
     return results, _score(results, len(tasks), k_group, verifier, executor_config,
-                           reward_config, global_labels, timings)
+                           reward_config, global_labels, global_history_tokens,
+                           timings)
 
   if group is None:
     results, scored = collect_local()

@@ -252,7 +252,8 @@ def update_metrics(decisions: Sequence[RolloutDecision],
                    timings: Mapping[str, float], policy_calls: int,
                    unscored_global: int) -> dict[str, float]:
   """The flat metric summary of an update (`RolloutResult.metrics`): counts, rejected
-  rate, mean cost and command length per decision, reward means per trajectory, op
+  rate, mean cost and command length per decision, rejected tool calls (summed over
+  trajectories), reward means per trajectory, op
   shares, termination shares, stage seconds and the advantage metrics."""
   n = max(len(decisions), 1)
   m = {
@@ -263,6 +264,9 @@ def update_metrics(decisions: Sequence[RolloutDecision],
       'rollout/mean_cost': sum(d.cost for d in decisions) / n,
       'rollout/mean_command_tokens': sum(d.command_tokens for d in decisions) / n,
       'rollout/global_unscored': float(unscored_global),
+      # Non-null commands the executor rejected: not tool calls of the online cost.
+      'rollout/rejected_tool_calls': float(sum(t.result.rejected_tool_calls
+                                               for t in trajectories)),
   }
   for name in ('r_task', 'r_sup', 'r_evid', 'r_state', 'r_eff', 'r_global',
                'r_local_return', 'p_aux', 'm_all', 'm_ans'):

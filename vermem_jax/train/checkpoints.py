@@ -15,6 +15,7 @@ A checkpoint's step is the number of completed updates (RL) or optimizer steps (
 resuming from step s continues with update s + 1.
 
 Guarantees:
+- `save` refuses parameters holding NaN or Inf (CheckpointError, nothing written).
 - `save` returns only after the checkpoint is committed (`wait_until_finished`). Orbax
   writes a step into a temporary directory and renames it when complete, so a process
   killed mid-save leaves only a `<step>.orbax-checkpoint-tmp-*` folder, which is not a
@@ -55,6 +56,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
 
 from vermem_jax.train import distributed
+from vermem_jax.train import nonfinite
 
 PyTree = Any
 _ITEMS = ('params', 'train', 'meta')
@@ -300,10 +302,15 @@ class PhaseCheckpointManager:
       selection_metrics: metrics for best-checkpoint selection (`selection_key`: SFT
         dev metrics, SPEC §4; RL {'dev_score', 'step'}, paper C.8).
     Raises:
-      CheckpointError: the step is not newer than a restorable saved step, or a value is
-        not JSON-serializable, or Orbax refused the save.
+      CheckpointError: the parameters hold NaN/Inf (nothing is written), the step is
+        not newer than a restorable saved step, or a value is not JSON-serializable,
+        or Orbax refused the save.
     """
     step = int(state.step)
+    if not bool(nonfinite.tree_all_finite(state.params)):
+      raise CheckpointError(
+          f'refusing to save step {step} in {self.directory}: the parameters hold NaN '
+          'or Inf values (the checkpoints already there are unchanged)')
     self._quarantine_from(step)
     latest = self.latest_step()
     if latest is not None and step <= latest:

@@ -28,10 +28,14 @@ One update n (1-based; a checkpoint's step = completed updates):
      `task_selection.update_rng(seed, n)`. `rollout.collect_update` runs the T x K
      rollouts with the sampler at temperature 0.7 / top-p 0.95, scores them and
      returns A^hier per decision.
-  2. Learner: `rl_learner.learner_update`, one optimizer step over all N decisions of
-     the update (∅ and rejected commands included; SPEC §6: per-command token mean,
-     then mean over all decisions of the update). θ_old's log-probabilities come from
-     the learner's own forward pass by default (`rl.old_logprobs`; rl_learner).
+  2. Learner: `rl_learner.learner_update`, rl.num_iterations passes of
+     rl.mini_batches_per_iteration shuffled mini-batches over the N decisions of the
+     update (∅ and rejected commands included), one optimizer step per mini-batch
+     (SPEC §6: per-command token mean, then mean over the mini-batch's decisions; by
+     default one step over all N). θ_old's log-probabilities come from the learner at
+     θ_old by default (`rl.old_logprobs`; rl_learner). A step with a non-finite loss
+     or gradient is skipped (`train/skipped_steps`, the progress line's `skipped`);
+     rl.max_consecutive_skips in a row stop the run (NonFiniteError naming the update).
   3. Checkpoint selection (paper C.8; train/rl_selection.py): every `rl.eval_every`
      updates and after the last, the new parameters run the phase's internal-dev
      episodes greedily (no verifier) and score `rl.selection_metric`; that update's
@@ -104,6 +108,7 @@ from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_resume
 from vermem_jax.train import rl_selection
@@ -130,6 +135,8 @@ def rollout_summary(result: rollout_records.RolloutResult) -> dict[str, float]:
       'tokens/policy_input_mean': sum(t.result.policy_input_tokens for t in trajs) / n,
       'tokens/command_total': float(sum(d.command_tokens for d in result.decisions)),
       'rollout/tool_calls_mean': sum(t.result.tool_calls for t in trajs) / n,
+      'rollout/rejected_tool_calls_mean': sum(t.result.rejected_tool_calls
+                                              for t in trajs) / n,
       'rollout/task_steps_mean': sum(t.result.task_steps for t in trajs) / n,
       'rollout/decisions_per_trajectory': result.num_decisions / n,
       'rollout/rejected_share': (sum(not d.accepted for d in result.decisions)
@@ -160,6 +167,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       a different reference policy.
     checkpoints.CheckpointError: the previous phase has no restorable checkpoint, or
       this phase's checkpoints are all unrestorable.
+    nonfinite.NonFiniteError: rl.max_consecutive_skips optimizer steps in a row had a
+      non-finite loss or gradient (the last checkpoint holds the last finite θ).
   """
   t_start = time.time()
   phase = rl_setup.check_phase(config)
@@ -174,9 +183,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   fingerprint = rl_resume.trajectory_fingerprint(config)
   mc = setup_lib.model_config_from(config)
   mesh = setup_lib.make_mesh_from(config)
-  opt = rl_learner.RLOptimizerConfig(learning_rate=float(config.rl.learning_rate),
-                                     max_grad_norm=float(config.rl.max_grad_norm),
-                                     weight_decay=float(config.rl.weight_decay))
+  opt = rl_learner.optimizer_config_from(config)
   # Abstract arrays with the mesh shardings: restores land directly on the layout.
   param_shapes, opt_shapes = setup_lib.abstract_train_state(
       mc, rl_learner.make_optimizer(opt).init, mesh)
@@ -288,6 +295,9 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                                  disable=not (config.metrics.progress_bar and primary))
   last: dict[str, float] = {}
   last_logged: dict[str, float] = {}
+  skips = nonfinite.SkipCounter(int(config.rl.max_consecutive_skips))
+  if restored is not None:
+    skips.total = int((restored.metadata or {}).get('skipped_steps', 0))
   try:
     while step < stop:
       n = step + 1
@@ -313,7 +323,9 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       params, opt_state, learn = rl_learner.learner_update(
           params, ref_params, opt_state, result.decision_tokens(),
           model_config=setup.model_config, batching_config=setup.batching_config,
-          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=mesh)
+          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=mesh,
+          ppo=setup.ppo, shuffle_seed=(seed, n), skip_counter=skips,
+          label=f'{phase} update {n}')
       jax.block_until_ready(params)
       t2 = time.perf_counter()
       step = n
@@ -323,6 +335,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       row['time/learner_s'] = t2 - t1
       row['time/update_s'] = t2 - t0
       row['rollout/task_ids_first'] = float(task_ids[0])
+      row['train/skipped_steps_total'] = float(skips.total)
       selection = None
       if rl_selection.is_eval_step(n, total, eval_every):
         t3 = time.perf_counter()
@@ -346,13 +359,17 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       if table is not None:
         table.add_rows(result.advantage_rows())
       bar.update(1)
-      bar.set_postfix(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
-                      r=f'{row.get("reward/r_global", math.nan):.3f}')
+      postfix = dict(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
+                     clip=f'{learn["train/clip_fraction"]:.3f}',
+                     r=f'{row.get("reward/r_global", math.nan):.3f}')
+      if skips.total:
+        postfix['skipped'] = skips.total  # non-finite steps, not applied
+      bar.set_postfix(**postfix)
       if n % save_every == 0 or n == total or selection is not None:
         wall = prior_wall + time.time() - t_start
         metadata = {'fingerprint': fingerprint, 'reference': reference,
                     'cumulative_wall_time_s': wall, 'complete': n >= total,
-                    'num_updates': total}
+                    'num_updates': total, 'skipped_steps': skips.total}
         if n >= total:
           metadata['final_metrics'] = _final_metrics(
               phase, n, total, wall, reference, params, resumed_from, row)

@@ -77,7 +77,7 @@ class PhaseSetup:
     solver: π_task; verifier: local + global verifier.
     executor_config, env_config, advantage_config, reward_config, batching_config,
     sampling_config, rollout_config: library settings.
-    loss, opt: learner settings.
+    loss, opt, ppo: learner settings.
     construction, dev_pool: the HotpotQA pools (SPEC §4 90/10 split).
   """
   phase: str
@@ -97,6 +97,7 @@ class PhaseSetup:
   rollout_config: rollout.RolloutConfig
   loss: rl_learner.LossConfig
   opt: rl_learner.RLOptimizerConfig
+  ppo: rl_learner.PPOConfig
   construction: list
   dev_pool: list
 
@@ -182,14 +183,10 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       policy_input_limit=exec_cfg.policy_input_limit,
       prompt_overhead=policy_lib.prompt_overhead_tokens(tok),
       max_command_tokens=sampling_cfg.max_command_tokens)
-  loss = rl_learner.LossConfig(
-      clip_epsilon=float(config.rl.clip_epsilon), kl_beta=float(config.rl.kl_beta),
-      kl_estimator=str(config.rl.kl_estimator),
-      temperature=float(sampling_cfg.temperature),
-      old_logprobs=str(config.rl.get('old_logprobs', rl_learner.DEFAULT_OLD_LOGPROBS)))
-  if not loss.temperature > 0:
+  if not sampling_cfg.temperature > 0:
     raise ValueError('config.sampling.temperature: RL rollouts sample (SPEC §4: 0.7); '
-                     f'got {loss.temperature}')
+                     f'got {sampling_cfg.temperature}')
+  loss = loss_config_from(config)
   return PhaseSetup(
       phase=phase, op_space=op_space, tokenizer=tok, model_config=mc,
       train_specs=list(train_specs), dev_specs=list(dev_specs), solver=solver,
@@ -198,11 +195,23 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       reward_config=_fields_from(rw.RewardConfig, _section(config, 'reward')),
       batching_config=bcfg, sampling_config=sampling_cfg,
       rollout_config=rollout.RolloutConfig.from_config(_section(config, 'rl')),
-      loss=loss,
-      opt=rl_learner.RLOptimizerConfig(learning_rate=float(config.rl.learning_rate),
-                                       max_grad_norm=float(config.rl.max_grad_norm),
-                                       weight_decay=float(config.rl.weight_decay)),
+      loss=loss, opt=rl_learner.optimizer_config_from(config),
+      ppo=rl_learner.PPOConfig(int(config.rl.num_iterations),
+                               int(config.rl.mini_batches_per_iteration)),
       construction=list(construction), dev_pool=list(dev_pool))
+
+
+def loss_config_from(config: ml_collections.ConfigDict) -> rl_learner.LossConfig:
+  """The learner's LossConfig from `rl` (loss temperature: rl.loss_temperature, or
+  sampling.temperature when None)."""
+  r = config.rl
+  temperature = r.loss_temperature
+  if temperature is None:
+    temperature = config.sampling.temperature
+  return rl_learner.LossConfig(
+      clip_epsilon=float(r.clip_epsilon), kl_beta=float(r.kl_beta),
+      kl_estimator=str(r.kl_estimator), temperature=float(temperature),
+      old_logprobs=str(r.old_logprobs), max_log_ratio=float(r.max_log_ratio))
 
 
 def dev_transitions(config: ml_collections.ConfigDict,

@@ -151,6 +151,20 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.batch_size = 64                # SPEC §4
   c.sft.num_epochs = 3                 # SPEC §4
   c.sft.weight_decay = 0.0             # decision: SPEC gives none (HF Trainer default)
+  # decision: SPEC §4 names AdamW only; the PyTorch / HF AdamW defaults.
+  c.sft.adam_b1 = 0.9
+  c.sft.adam_b2 = 0.999
+  c.sft.adam_eps = 1e-8
+  # decision: SPEC §4 gives the warmup ratio only; after warmup, linear decay to 0 (HF
+  # get_linear_schedule_with_warmup). 'linear' | 'cosine' | 'constant' (train/optim.py).
+  c.sft.lr_schedule = 'linear'
+  # Eq. 7 is the sequence NLL -log π(u* | x): each command's token NLLs summed, mean
+  # over commands ('sequence'). 'decision' = each command's per-token mean, then the
+  # mean over commands; 'token' = mean over all command tokens (grpo.NLL_REDUCTIONS).
+  c.sft.loss_reduction = 'sequence'
+  # decision: stop after this many consecutive optimizer steps with a non-finite loss
+  # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).
+  c.sft.max_consecutive_skips = 3
   c.sft.eval_every = 200               # decision: steps between dev evaluations
   c.sft.max_steps = ml_collections.FieldReference(None, field_type=int)  # None = epochs
 
@@ -177,6 +191,29 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   #     distribution and would bias ρ by log(nucleus mass).
   #   'sampler': the sampler's recorded log-probs (the bias above included).
   c.rl.old_logprobs = 'learner'
+  # GRPO passes (SPEC §6 decision; the paper gives no value): num_iterations = μ passes
+  # over each update's rollouts with θ_old and the advantages fixed, each pass split
+  # into mini_batches_per_iteration shuffled mini-batches, one optimizer step each. With
+  # μ = 1 and one mini-batch the ratio is 1 and the clip never acts; μ > 1 makes it live.
+  c.rl.num_iterations = 1
+  c.rl.mini_batches_per_iteration = 1
+  # Temperature of π_θ, π_θold and π_ref in the loss; None = sampling.temperature (as
+  # TRL and Tunix). Decision: top-p is not applied in the loss (a nucleus-truncated π_θ
+  # gives tokens outside the nucleus log-prob -inf; train/rl_learner.py docstring).
+  c.rl.loss_temperature = ml_collections.FieldReference(None, field_type=float)
+  # decision: clamp of log ρ before exp; only guards overflow (|log ρ| = 20 is far
+  # outside any trust region).
+  c.rl.max_log_ratio = 20.0
+  # decision: SPEC §6 gives lr and grad-norm only; the PyTorch / HF AdamW defaults and
+  # a constant rate without warmup ('linear' | 'cosine' | 'constant', train/optim.py).
+  c.rl.adam_b1 = 0.9
+  c.rl.adam_b2 = 0.999
+  c.rl.adam_eps = 1e-8
+  c.rl.lr_schedule = 'constant'
+  c.rl.warmup_ratio = 0.0
+  # decision: stop after this many consecutive optimizer steps with a non-finite loss
+  # or gradient (each is skipped; SPEC §6).
+  c.rl.max_consecutive_skips = 3
   # Checkpoint selection on the internal-dev set (paper C.8; train/rl_selection.py):
   # greedy dev episodes every eval_every updates and after the last; the phase's
   # selected checkpoint is the best score, ties to the later step.
@@ -190,7 +227,9 @@ def _advantage(c: ml_collections.ConfigDict) -> None:
   """Advantages (SPEC §6, paper Table 23)."""
   # Keys = rl.advantages.AdvantageConfig fields.
   c.advantage = ml_collections.ConfigDict()
-  c.advantage.mode = 'full'            # 'full' | 'no_verify' | 'local_only' | 'global_only'
+  # The paper's ablation rows (Table 4; SPEC §6): 'full' (Local+Global), 'no_verify'
+  # (A^task - c), 'plus_local' (A^task + A^local - c), 'plus_global' (A^global - c).
+  c.advantage.mode = 'full'
   c.advantage.std_floor = 0.01         # SPEC §6
   c.advantage.epsilon = 1e-6           # SPEC §6
   c.advantage.advantage_clip = 5.0     # SPEC §6: both advantages in [-5, 5]
@@ -208,6 +247,9 @@ def _reward(c: ml_collections.ConfigDict) -> None:
   # verifiers' rubric parsing, SPEC §5.)
   c.reward = ml_collections.ConfigDict()
   c.reward.delta = 0.5                 # SPEC §5: efficiency gate 1[r^task ≥ δ]
+  # decision: v^coh and v^state of a trajectory the global verifier gave no score
+  # (fallback 'skip'): the scale's midpoint (counted as rollout/global_unscored).
+  c.reward.unscored_global_value = 0.5
 
 
 def _verifier(c: ml_collections.ConfigDict) -> None:
@@ -230,6 +272,9 @@ def _verifier(c: ml_collections.ConfigDict) -> None:
   c.verifier.temperature = 0.0         # frozen verifier, greedy (paper App. F.1)
   c.verifier.max_section_chars = 12000  # decision: prompt section truncation
   c.verifier.seed = 0
+  # decision: tokens of the terminal history H in the global verifier's input (the
+  # paper bounds none); the newest events that fit, oldest dropped first and counted.
+  c.verifier.global_history_tokens = 4096
 
 
 def _solver(c: ml_collections.ConfigDict) -> None:

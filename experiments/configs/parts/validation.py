@@ -25,6 +25,8 @@ SUCCESS_RULES = ('auto', 'em', 'judge')  # = eval.metrics.SUCCESS_RULES
 KL_ESTIMATORS = ('exact', 'k3')
 OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
 TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.config.SFTDataConfig's
+LR_SCHEDULES = ('linear', 'cosine', 'constant')  # = train.optim.LR_SCHEDULES
+NLL_REDUCTIONS = ('token', 'decision', 'sequence')  # = rl.grpo.NLL_REDUCTIONS
 DTYPES = ('float32', 'bfloat16')
 
 
@@ -97,8 +99,23 @@ def _check_buckets(config: ml_collections.ConfigDict) -> None:
            f'{s.max_command_tokens}')
 
 
+def _check_optimizer(section: ml_collections.ConfigDict, name: str) -> None:
+  """AdamW moments, schedule and the consecutive non-finite-step limit of sft / rl."""
+  for key in ('adam_b1', 'adam_b2'):
+    _require(0.0 <= section[key] < 1.0, f'{name}.{key}', 'must be in [0, 1)')
+  _require(section.adam_eps > 0, f'{name}.adam_eps', 'must be > 0')
+  _require(section.lr_schedule in LR_SCHEDULES, f'{name}.lr_schedule',
+           f'{section.lr_schedule!r} not in {LR_SCHEDULES}')
+  _require(0.0 <= section.warmup_ratio < 1.0, f'{name}.warmup_ratio', 'must be in [0, 1)')
+  _require(section.max_consecutive_skips >= 1, f'{name}.max_consecutive_skips',
+           'must be >= 1')
+
+
 def _check_sft(config: ml_collections.ConfigDict) -> None:
   t = config.sft
+  _check_optimizer(t, 'sft')
+  _require(t.loss_reduction in NLL_REDUCTIONS, 'sft.loss_reduction',
+           f'{t.loss_reduction!r} not in {NLL_REDUCTIONS}')
   _require(t.num_targets == 8, 'sft.num_targets', 'SPEC §4 has 8 targets (7 tools + ∅)')
   _require(t.train_per_target >= 1, 'sft.train_per_target', 'must be >= 1')
   _require(t.dev_per_target >= 1, 'sft.dev_per_target', 'must be >= 1')
@@ -106,7 +123,6 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(0.0 <= t.min_negative_fraction <= 1.0, 'sft.min_negative_fraction',
            'must be in [0, 1]')
   _require(t.learning_rate > 0, 'sft.learning_rate', 'must be > 0')
-  _require(0.0 <= t.warmup_ratio < 1.0, 'sft.warmup_ratio', 'must be in [0, 1)')
   _require(t.max_grad_norm > 0, 'sft.max_grad_norm', 'must be > 0')
   _require(t.batch_size >= 1, 'sft.batch_size', 'must be >= 1')
   _require(t.num_epochs >= 1, 'sft.num_epochs', 'must be >= 1')
@@ -134,6 +150,12 @@ def _check_model_mesh(config: ml_collections.ConfigDict) -> None:
 
 def _check_rl(config: ml_collections.ConfigDict) -> None:
   r = config.rl
+  _check_optimizer(r, 'rl')
+  for key in ('num_iterations', 'mini_batches_per_iteration'):
+    _require(isinstance(r[key], int) and r[key] >= 1, f'rl.{key}', 'must be an int >= 1')
+  _require(r.loss_temperature is None or r.loss_temperature > 0, 'rl.loss_temperature',
+           'must be > 0 (None = sampling.temperature)')
+  _require(r.max_log_ratio > 0, 'rl.max_log_ratio', 'must be > 0')
   _require(r.num_updates >= 0, 'rl.num_updates', 'must be >= 0')
   _require(r.tasks_per_update >= 1, 'rl.tasks_per_update', 'must be >= 1')
   _require(r.rollouts_per_task >= 2, 'rl.rollouts_per_task',
