@@ -47,5 +47,7 @@ setup(
         "pddl": [PDDLGYM] + PDDL_RUNTIME,
         "pddl-runtime": PDDL_RUNTIME,
         "alfworld": ["alfworld==0.4.2", "textworld[pddl]==1.7.0"],  # + ALFWORLD_DATA
+        # Pathways on Cloud (experiments/run.py --pathways); never needed otherwise.
+        "pathways": ["pathwaysutils"],
     },
 )

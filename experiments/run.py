@@ -31,6 +31,12 @@ validation questions and writes tables, JSON, per-episode JSONL and figures to
 same on an interactive benchmark's test instances (`<workdir>/eval_<benchmark>/`), and
 `table2.py` gathers the evaluations found in the workdir into Table 2 and the
 efficiency frontier (`<workdir>/table2/`; vermem_jax/eval/table2.py).
+
+Multi-host: the same command on every host, with --coordinator_address /
+--num_processes / --process_id (or nothing on a TPU pod slice, SLURM or Open MPI job,
+which JAX detects); see experiments/cli/processes.py and the README. Process 0 holds
+the lock and writes markers, metrics and logs; every process stops with the same
+message (exit status 2) on bad input.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from experiments.cli import config_argv  # noqa: E402
 from experiments.cli import overrides as overrides_lib  # noqa: E402
 from experiments.cli import phase_plan  # noqa: E402
 from experiments.cli import preflight  # noqa: E402
+from experiments.cli import processes  # noqa: E402
 from experiments.cli import workdir_lock  # noqa: E402
 from experiments.configs.parts import curriculum  # noqa: E402
 from experiments.configs.parts import validation  # noqa: E402
@@ -139,20 +146,32 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   flag_texts = [text for _, text in override_args or ()]
   overrides = overrides_lib.config_overrides(
       config, None if override_args is None else [p for p, _ in override_args])
-  if config.phase in curriculum.EVAL_CONFIGS:
+  from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
+  if config.phase in curriculum.EVAL_CONFIGS + curriculum.AGGREGATE_CONFIGS:
+    if distributed.process_count() > 1:
+      raise ValueError(f'--config={config.phase}: evaluation runs in one process; start '
+                       'it without --coordinator_address / --num_processes / '
+                       '--process_id (or with --distributed=off inside a cluster job)')
+    if config.phase in curriculum.AGGREGATE_CONFIGS:
+      return _run_table2(config, workdir, dry_run=dry_run)
     return _run_eval(config, workdir, overrides, dry_run=dry_run)
-  if config.phase in curriculum.AGGREGATE_CONFIGS:
-    return _run_table2(config, workdir, dry_run=dry_run)
   if dry_run:
+    if not distributed.is_primary():
+      return []  # process 0 prints the config and plan
     return _dry_run(config, workdir, overrides, flag_texts)
-  validation.validate_config(config, check_paths=True)
-  plan = phase_plan.plan_phases(config.phase, workdir, config.scale, flag_texts)
-  created = not os.path.exists(workdir)
-  preflight.check_workdir_writable(workdir)
+  # Every process checks (paths may differ between hosts); all stop with one message.
+  distributed.agree(lambda: validation.validate_config(config, check_paths=True))
+  # Process 0 reads the markers it writes; the plan (or its error) goes to every process.
+  plan = distributed.on_primary(
+      lambda: phase_plan.plan_phases(config.phase, workdir, config.scale, flag_texts))
+  processes.check_config(config, plan)
+  created = distributed.on_primary(lambda: not os.path.exists(workdir))
+  distributed.agree(lambda: preflight.check_workdir_writable(workdir))
   try:
     _run_plan(config, workdir, plan, overrides)
   except BaseException:
-    if created:  # a run that failed before writing anything leaves no empty folder
+    if created and distributed.is_primary():
+      # A run that failed before writing anything leaves no empty folder.
       with contextlib.suppress(OSError):
         os.rmdir(workdir)
     raise
@@ -161,10 +180,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
 
 def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
               overrides: dict[str, Any]) -> None:
+  from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   # Overrides apply to every phase, so one check covers the tokenizer/model pair.
-  validation.check_tokenizer_fits_model(config)
-  if any(p != 'sft' for p in plan):
-    preflight.check_verifier_endpoint(config)
+  distributed.agree(lambda: validation.check_tokenizer_fits_model(config))
+  if any(p != 'sft' for p in plan):  # every process scores with the verifier
+    distributed.agree(lambda: preflight.check_verifier_endpoint(config))
   if len(plan) > 1:
     logging.warning('%s needs %s, which has no completed checkpoint in %s: running %s '
                     'first (tiny scale)', config.phase,
@@ -174,16 +194,18 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
   for phase in plan:
     cfg = config if phase == config.phase else overrides_lib.phase_config(
         phase, config.scale, overrides)
-    validation.validate_config(cfg, check_paths=True)
+    distributed.agree(lambda c=cfg: validation.validate_config(c, check_paths=True))
     d = phase_plan.phase_dir(workdir, phase)
-    with workdir_lock.phase_lock(workdir, phase):
+    with processes.phase_lock(workdir, phase):
       logging.info('running %s into %s', phase, d)
       PHASE_RUNNERS[phase](cfg, workdir)
       with checkpoints.PhaseCheckpointManager(d) as mgr:
         step = mgr.latest_step()
       if step is None:
         raise RuntimeError(f'{phase} finished without a checkpoint in {d}')
-      checkpoints.mark_phase_complete(d, step, {'phase': phase, 'scale': config.scale})
+      if distributed.is_primary():
+        checkpoints.mark_phase_complete(d, step, {'phase': phase, 'scale': config.scale})
+      distributed.barrier(f'{phase} complete')
     logging.info('%s complete at step %d', phase, step)
 
 
@@ -268,6 +290,11 @@ def main(argv: Sequence[str]) -> None:
   if config is None:
     raise app.UsageError('--config is required, e.g. --config=phase_b.py')
   workdir = _WORKDIR.value or config.workdir
+  try:
+    processes.start()  # before any JAX computation
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   from vermem_jax import http_chat  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top

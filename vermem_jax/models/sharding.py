@@ -55,11 +55,16 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
 
   Args:
     data, fsdp, tensor: axis sizes; their product must equal the number of devices.
-    devices: defaults to `jax.devices()`.
+    devices: defaults to `jax.devices()`; with several processes, ordered by process
+      so each process's devices are contiguous (its batch rows are one block).
   Raises:
     ValueError: the sizes do not multiply to the device count or are not positive.
   """
-  devices = list(jax.devices() if devices is None else devices)
+  if devices is None:
+    devices = jax.devices()
+    if jax.process_count() > 1:
+      devices = sorted(devices, key=lambda d: (d.process_index, d.id))
+  devices = list(devices)
   sizes = (data, fsdp, tensor)
   if any(int(s) != s or s <= 0 for s in sizes):
     raise ValueError(f'make_mesh: axis sizes must be positive ints, got {sizes}')

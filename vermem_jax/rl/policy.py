@@ -162,6 +162,14 @@ class SamplerPolicy:
     chat_template_kwargs: extra template arguments (Qwen3: enable_thinking=False).
     generate_fn: the sampler (default `models.sampling.generate`; tests may count
       calls).
+    group: collective mode for multi-process rollouts (train/distributed.py
+      ProcessGroup: `index`, `count`, `allgather`). Every process's call of a
+      decision step joins ONE generate call over all processes' prompts in process
+      order, padded to `batch_buckets` as one process would pad them, so a batch
+      split over processes samples exactly what one process would; each process gets
+      its own rows back. A process whose episodes have ended keeps joining rounds with
+      `idle_round` until no process has inputs (task_selection.BoundPolicy.drain).
+      None: single process.
 
   Raises (construction):
     ValueError: the chat template adds more tokens around x_t than
@@ -179,8 +187,10 @@ class SamplerPolicy:
                batch_buckets: Optional[Sequence[int]] = None,
                max_prompt_tokens: Optional[int] = None,
                chat_template_kwargs: Optional[Mapping[str, Any]] = None,
-               generate_fn: Optional[Callable[..., sampling.GenerationOutput]] = None):
+               generate_fn: Optional[Callable[..., sampling.GenerationOutput]] = None,
+               group: Any = None):
     self.model_config = model_config
+    self.group = group if group is not None and group.count > 1 else None
     self.params = params
     self.tokenizer = tokenizer
     self.sampling_config = sampling_config
@@ -240,11 +250,34 @@ class SamplerPolicy:
 
   def __call__(self, inputs: Sequence[str], rng: Any) -> list[environment.PolicyOutput]:
     inputs = list(inputs)
-    if not inputs:
+    if not inputs and self.group is None:
       return []
-    self.num_calls += 1
+    return self._round(inputs, rng)[0]
+
+  def idle_round(self, rng: Any) -> bool:
+    """Collective mode: joins one sampler round with no inputs of its own (this
+    process's episodes have ended) and returns whether any process still had inputs
+    (then a generate call ran). Without a group: False."""
+    if self.group is None:
+      return False
+    return self._round([], rng)[1]
+
+  def _gather_prompts(self, prompts: list[list[int]]) -> tuple[list[list[int]], int]:
+    """(every process's prompts in process order, index of this process's first)."""
+    if self.group is None:
+      return prompts, 0
+    parts = self.group.allgather([np.asarray(p, np.int32) for p in prompts])
+    first = sum(len(part) for part in parts[:self.group.index])
+    return [p.tolist() for part in parts for p in part], first
+
+  def _round(self, inputs: list[str], rng: Any
+             ) -> tuple[list[environment.PolicyOutput], bool]:
     t0 = time.perf_counter()
-    prompts = self.encode_prompts(inputs)
+    own = self.encode_prompts(inputs) if inputs else []
+    prompts, first = self._gather_prompts(own)
+    if not prompts:
+      return [], False
+    self.num_calls += 1
     n = len(prompts)
     padded = prompts + [prompts[0]] * (_bucket(n, self.batch_buckets) - n)
     t1 = time.perf_counter()
@@ -263,7 +296,7 @@ class SamplerPolicy:
     t2 = time.perf_counter()
     stops = set(self.stop_token_ids)
     results = []
-    for i in range(n):
+    for i in range(first, first + len(own)):
       length = int(lengths[i])
       ids = tuple(int(t) for t in tokens[i, :length])
       text_ids = ids[:-1] if ids and ids[-1] in stops else ids
@@ -275,4 +308,4 @@ class SamplerPolicy:
     t3 = time.perf_counter()
     self.timings['sampling'] += t2 - t1
     self.timings['tokenization'] += (t1 - t0) + (t3 - t2)
-    return results
+    return results, True

@@ -61,11 +61,13 @@ from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import executor as mexec
 from vermem_jax.rl import advantages as adv
+from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout_records
 from vermem_jax.rl import task_selection
 from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import base as vbase
+
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
@@ -129,6 +131,113 @@ def trajectory_evidence(result: environment.EpisodeResult) -> frozenset[str]:
   return environment.context_evidence(result.final_state, result.spec.answer_context)
 
 
+# ------------------------------------------------------------------------ scoring
+
+
+@dataclasses.dataclass
+class _Scored:
+  """Verifier scores and group rewards of one process's trajectories."""
+  flat: list  # (trajectory index, DecisionRecord)
+  local_scores: list
+  global_scores: list
+  r_local: np.ndarray
+  r_task: np.ndarray
+  r_sup: np.ndarray
+  v_coh: np.ndarray
+  v_state: np.ndarray
+  fields: dict
+  unscored_global: int
+  advantage_inputs: dict  # keyword arguments of adv.compute_advantages
+  seconds: float  # rewards (the verifier seconds are in `timings`)
+
+
+def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
+           executor_config: mexec.ExecutorConfig, reward_config: rw.RewardConfig,
+           global_labels: bool, global_history_tokens: Optional[int],
+           timings: dict) -> _Scored:
+  """Local and global verifier calls (one batched call each) and the rewards of the
+  `num_tasks` groups of K trajectories in `results` (module docstring, steps 3-4;
+  `global_history_tokens` as in `collect_update`)."""
+  # ---- local verifier: one batched call over every decision of the update.
+  t0 = time.perf_counter()
+  flat = []  # (trajectory index, DecisionRecord)
+  for j, res in enumerate(results):
+    for d in res.decisions:
+      flat.append((j, d))
+  local_inputs = []
+  for j, d in flat:
+    cfg = environment.executor_config_for(results[j].spec, executor_config)
+    local_inputs.append(local_input_from_record(d, cfg.ops))
+  local_scores = verifier.score_local(local_inputs) if local_inputs else []
+  timings['verifier_local'] = time.perf_counter() - t0
+
+  # ---- global verifier: one batched call over all trajectories.
+  t0 = time.perf_counter()
+  if global_history_tokens is None:
+    global_history_tokens = getattr(getattr(verifier, 'config', None),
+                                    'global_history_tokens', None)
+  global_inputs = []
+  for res in results:
+    ex = res.spec.example
+    labels = (dict(reference_answer=ex.answer, supporting_facts=supporting_fact_views(ex))
+              if global_labels else {})
+    global_inputs.append(adapters.global_input(
+        res.final_state, res.final_answer, decisions=res.decisions,
+        history_token_budget=global_history_tokens, **labels))
+  global_scores = verifier.score_global(global_inputs)
+  timings['verifier_global'] = time.perf_counter() - t0
+
+  # ---- rewards.
+  t0 = time.perf_counter()
+  n_traj = len(results)
+  r_local = np.array([s.r_local if s is not None else math.nan for s in local_scores],
+                     np.float64)
+  traj_of = np.array([j for j, _ in flat], np.int64)
+  costs = np.array([float(d.cost) for _, d in flat], np.float64)
+  r_task = np.array([rw.r_task(res.final_answer, res.spec.example.answer)
+                     for res in results], np.float64)
+  r_sup = np.array([rw.r_sup(trajectory_evidence(res),
+                             hotpotqa.supporting_unit_ids(res.spec.example))
+                    for res in results], np.float64)
+  unscored_global = sum(1 for g in global_scores if g is None)
+  unscored = reward_config.unscored_global_value
+  v_coh = np.array([g.v_coh if g is not None else unscored
+                    for g in global_scores], np.float64)
+  v_state = np.array([g.v_state if g is not None else unscored
+                      for g in global_scores], np.float64)
+  tokens = np.array([res.online_tokens for res in results], np.float64)
+  steps = np.array([res.task_steps for res in results], np.float64)
+  tool_calls = np.array([res.tool_calls for res in results], np.float64)
+
+  fields = collections.defaultdict(lambda: np.zeros(n_traj, np.float64))
+  for q in range(num_tasks):
+    sl = slice(q * k_group, (q + 1) * k_group)
+    g = rw.group_rewards(r_task_values=r_task[sl], r_sup_values=r_sup[sl],
+                         v_coh=v_coh[sl], v_state=v_state[sl], num_tokens=tokens[sl],
+                         num_task_steps=steps[sl], num_tool_calls=tool_calls[sl],
+                         config=reward_config)
+    for name in ('r_evid', 'r_state', 'c_bar_online', 'r_eff', 'r_global'):
+      fields[name][sl] = getattr(g, name)
+    fields['cost_tokens'][sl] = rw.minmax_normalize_group(tokens[sl])
+    fields['cost_task_steps'][sl] = rw.minmax_normalize_group(steps[sl])
+    fields['cost_tool_calls'][sl] = rw.minmax_normalize_group(tool_calls[sl])
+  for j in range(n_traj):
+    sel = traj_of == j
+    fields['r_local_return'][j] = rw.r_local_return(r_local[sel])
+    fields['p_aux'][j] = rw.p_aux(costs[sel])
+  fields['m_all'] = np.asarray(rw.m_all(fields['r_local_return'], fields['r_global'],
+                                        fields['p_aux']), np.float64)
+  fields['m_ans'] = np.asarray(rw.m_ans(r_task, fields['p_aux']), np.float64)
+  advantage_inputs = dict(
+      group_ids=np.repeat(np.arange(num_tasks), k_group), trajectory_index=traj_of,
+      ops=[d.op for _, d in flat], accepted=[bool(d.accepted) for _, d in flat],
+      costs=costs, r_local=r_local, r_global=fields['r_global'], r_task=r_task)
+  return _Scored(flat=flat, local_scores=local_scores, global_scores=global_scores,
+                 r_local=r_local, r_task=r_task, r_sup=r_sup, v_coh=v_coh,
+                 v_state=v_state, fields=fields, unscored_global=unscored_global,
+                 advantage_inputs=advantage_inputs, seconds=time.perf_counter() - t0)
+
+
 # ------------------------------------------------------------------------ collection
 
 
@@ -144,7 +253,7 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
                    reward_config: rw.RewardConfig = rw.RewardConfig(),
                    phase: str = '', update: int = 0, global_labels: bool = True,
                    update_running_stats: bool = True,
-                   global_history_tokens: Optional[int] = None,
+                   global_history_tokens: Optional[int] = None, group: Any = None
                    ) -> rollout_records.RolloutResult:
   """Collects T tasks x K rollouts, scores them and computes A^hier (module docstring).
 
@@ -170,9 +279,16 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
     update_running_stats: fold this batch into running_stats (False for diagnostics).
     global_history_tokens: token budget of the terminal history in the global input;
       None = the verifier config's `global_history_tokens` (unbounded without one).
+    group: multi-process collection (train/distributed.py ProcessGroup; `policy` in
+      collective mode): `tasks` are this process's block of the update's tasks, in
+      process order. Rewards and A^global stay per process (each group's K rollouts
+      are here); A^local's inputs are gathered so every process computes the
+      advantages of the whole update, with the same running statistics
+      (rl/process_split.py); indices in the records (decision, task, trajectory) are
+      positions in the whole update. An error on any process is raised on all.
 
   Returns:
-    rollout_records.RolloutResult.
+    rollout_records.RolloutResult (this process's decisions and trajectories).
 
   Raises:
     ValueError: no tasks, K < 1, or errors of the environment / advantages (bad
@@ -203,106 +319,55 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
       solver_time[0] += time.perf_counter() - t0
       return out
 
-  t0 = time.perf_counter()
-  results = environment.run_episodes(specs, step_policy, _TimedSolver(),
-                                     count_tokens=count_tokens,
-                                     executor_config=executor_config,
-                                     env_config=env_config)
-  loop_time = time.perf_counter() - t0
-  policy_timings1 = dict(getattr(policy, 'timings', {}) or {})
-  tok_time = (policy_timings1.get('tokenization', 0.0)
-              - policy_timings0.get('tokenization', 0.0))
-  timings['policy_tokenization'] = tok_time
-  timings['sampling'] = step_policy.seconds - tok_time
-  timings['solver'] = solver_time[0]
-  timings['environment'] = loop_time - step_policy.seconds - solver_time[0]
+  def collect_local():
+    """This process's episodes, verifier scores and group rewards (no collectives
+    except the sampler's rounds)."""
+    t0 = time.perf_counter()
+    try:
+      results = environment.run_episodes(specs, step_policy, _TimedSolver(),
+                                         count_tokens=count_tokens,
+                                         executor_config=executor_config,
+                                         env_config=env_config)
+    finally:
+      if group is not None:  # keep joining the other processes' sampler rounds
+        step_policy.drain()
+    loop_time = time.perf_counter() - t0
+    policy_timings1 = dict(getattr(policy, 'timings', {}) or {})
+    tok_time = (policy_timings1.get('tokenization', 0.0)
+                - policy_timings0.get('tokenization', 0.0))
+    timings['policy_tokenization'] = tok_time
+    timings['sampling'] = step_policy.seconds - tok_time
+    timings['solver'] = solver_time[0]
+    timings['environment'] = loop_time - step_policy.seconds - solver_time[0]
+    return results, _score(results, len(tasks), k_group, verifier, executor_config,
+                           reward_config, global_labels, global_history_tokens,
+                           timings)
 
-  # ---- local verifier: one batched call over every decision of the update.
-  t0 = time.perf_counter()
-  flat = []  # (trajectory index, DecisionRecord)
-  for j, res in enumerate(results):
-    for d in res.decisions:
-      flat.append((j, d))
-  local_inputs = []
-  for j, d in flat:
-    cfg = environment.executor_config_for(results[j].spec, executor_config)
-    local_inputs.append(local_input_from_record(d, cfg.ops))
-  local_scores = verifier.score_local(local_inputs) if local_inputs else []
-  timings['verifier_local'] = time.perf_counter() - t0
-
-  # ---- global verifier: one batched call over all trajectories.
-  t0 = time.perf_counter()
-  if global_history_tokens is None:
-    global_history_tokens = getattr(getattr(verifier, 'config', None),
-                                    'global_history_tokens', None)
-  global_inputs = []
-  for res in results:
-    ex = res.spec.example
-    labels = (dict(reference_answer=ex.answer, supporting_facts=supporting_fact_views(ex))
-              if global_labels else {})
-    global_inputs.append(adapters.global_input(
-        res.final_state, res.final_answer, decisions=res.decisions,
-        history_token_budget=global_history_tokens, **labels))
-  global_scores = verifier.score_global(global_inputs)
-  timings['verifier_global'] = time.perf_counter() - t0
-
-  # ---- rewards and advantages.
-  t0 = time.perf_counter()
-  n_traj = len(results)
-  r_local = np.array([s.r_local if s is not None else math.nan for s in local_scores],
-                     np.float64)
-  traj_of = np.array([j for j, _ in flat], np.int64)
-  costs = np.array([float(d.cost) for _, d in flat], np.float64)
-  r_task = np.array([rw.r_task(res.final_answer, res.spec.example.answer)
-                     for res in results], np.float64)
-  r_sup = np.array([rw.r_sup(trajectory_evidence(res),
-                             hotpotqa.supporting_unit_ids(res.spec.example))
-                    for res in results], np.float64)
-  unscored_global = sum(1 for g in global_scores if g is None)
-  unscored = reward_config.unscored_global_value
-  v_coh = np.array([g.v_coh if g is not None else unscored
-                    for g in global_scores], np.float64)
-  v_state = np.array([g.v_state if g is not None else unscored
-                      for g in global_scores], np.float64)
-  tokens = np.array([res.online_tokens for res in results], np.float64)
-  steps = np.array([res.task_steps for res in results], np.float64)
-  tool_calls = np.array([res.tool_calls for res in results], np.float64)
-
-  fields = collections.defaultdict(lambda: np.zeros(n_traj, np.float64))
-  for q in range(len(tasks)):
-    sl = slice(q * k_group, (q + 1) * k_group)
-    g = rw.group_rewards(r_task_values=r_task[sl], r_sup_values=r_sup[sl],
-                         v_coh=v_coh[sl], v_state=v_state[sl], num_tokens=tokens[sl],
-                         num_task_steps=steps[sl], num_tool_calls=tool_calls[sl],
-                         config=reward_config)
-    for name in ('r_evid', 'r_state', 'c_bar_online', 'r_eff', 'r_global'):
-      fields[name][sl] = getattr(g, name)
-    fields['cost_tokens'][sl] = rw.minmax_normalize_group(tokens[sl])
-    fields['cost_task_steps'][sl] = rw.minmax_normalize_group(steps[sl])
-    fields['cost_tool_calls'][sl] = rw.minmax_normalize_group(tool_calls[sl])
-  for j in range(n_traj):
-    sel = traj_of == j
-    fields['r_local_return'][j] = rw.r_local_return(r_local[sel])
-    fields['p_aux'][j] = rw.p_aux(costs[sel])
-  fields['m_all'] = np.asarray(rw.m_all(fields['r_local_return'], fields['r_global'],
-                                        fields['p_aux']), np.float64)
-  fields['m_ans'] = np.asarray(rw.m_ans(r_task, fields['p_aux']), np.float64)
-
-  group_ids = np.repeat(np.arange(len(tasks)), k_group)
-  advantages = adv.compute_advantages(
-      group_ids=group_ids, trajectory_index=traj_of,
-      ops=[d.op for _, d in flat], accepted=[bool(d.accepted) for _, d in flat],
-      costs=costs, r_local=r_local, r_global=fields['r_global'], r_task=r_task,
-      config=advantage_config, running_stats=running_stats,
-      update_running_stats=update_running_stats)
-  timings['rewards_advantages'] = time.perf_counter() - t0
+  if group is None:
+    results, scored = collect_local()
+    t0 = time.perf_counter()
+    advantages = adv.compute_advantages(
+        **scored.advantage_inputs, config=advantage_config,
+        running_stats=running_stats, update_running_stats=update_running_stats)
+    offsets = process_split.Offsets()
+  else:
+    (results, scored), advantages, offsets = process_split.collective_advantages(
+        group, collect_local, lambda local: local[1].advantage_inputs,
+        rollouts_per_task=k_group, config=advantage_config,
+        running_stats=running_stats, update_running_stats=update_running_stats)
+    t0 = time.perf_counter()
+  timings['rewards_advantages'] = scored.seconds + time.perf_counter() - t0
+  flat, local_scores, global_scores = scored.flat, scored.local_scores, scored.global_scores
+  r_local, fields = scored.r_local, scored.fields
+  r_task, r_sup, v_coh, v_state = scored.r_task, scored.r_sup, scored.v_coh, scored.v_state
 
   # ---- records.
   decisions = []
   for i, ((j, d), s) in enumerate(zip(flat, local_scores)):
     out = d.policy_output
     decisions.append(rollout_records.RolloutDecision(
-        index=i, task=j // k_group, rollout=j % k_group, trajectory=j, step=d.step,
+        index=offsets.decision + i, task=offsets.task + j // k_group,
+        rollout=j % k_group, trajectory=offsets.trajectory + j, step=d.step,
         prompt_ids=out.prompt_ids, command_ids=out.token_ids, logprobs=out.logprobs,
         command=d.command, op=d.op, accepted=bool(d.accepted),
         violations=tuple(v.kind for v in d.violations), cost=float(d.cost),
@@ -323,14 +388,15 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
             'c_bar_online', 'r_eff', 'r_global', 'r_local_return', 'p_aux', 'm_all',
             'm_ans')})
     trajectories.append(rollout_records.RolloutTrajectory(
-        index=j, task=j // k_group, rollout=j % k_group, result=res, rewards=rewards,
+        index=offsets.trajectory + j, task=offsets.task + j // k_group,
+        rollout=j % k_group, result=res, rewards=rewards,
         global_scores=global_scores[j], a_global=float(advantages.traj_a_global[j]),
         a_task=float(advantages.traj_a_task[j]), decisions=(start, stop)))
     start = stop
 
   timings['total'] = time.perf_counter() - t_start
-  metrics = _metrics(decisions, trajectories, advantages, timings, step_policy.calls,
-                     unscored_global)
+  metrics = rollout_records.update_metrics(decisions, trajectories, advantages, timings,
+                                           step_policy.calls, scored.unscored_global)
   if counters is not None:  # this update's verifier events (counters accumulate)
     for key, value in counters.snapshot().items():
       metrics[f'verifier/{key}'] = float(value - counters0.get(key, 0))
@@ -338,36 +404,3 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
       phase=phase, update=int(update), tasks=tuple(tasks), rollouts_per_task=k_group,
       decisions=tuple(decisions), trajectories=tuple(trajectories),
       advantages=advantages, timings=timings, metrics=metrics)
-
-
-def _metrics(decisions, trajectories, advantages, timings, policy_calls,
-             unscored_global) -> dict[str, float]:
-  n = max(len(decisions), 1)
-  m = {
-      'rollout/num_trajectories': float(len(trajectories)),
-      'rollout/num_decisions': float(len(decisions)),
-      'rollout/policy_calls': float(policy_calls),
-      'rollout/rejected_rate': sum(not d.accepted for d in decisions) / n,
-      'rollout/mean_cost': sum(d.cost for d in decisions) / n,
-      'rollout/mean_command_tokens': sum(d.command_tokens for d in decisions) / n,
-      'rollout/global_unscored': float(unscored_global),
-      # Non-null commands the executor rejected: not tool calls of the online cost.
-      'rollout/rejected_tool_calls': float(sum(t.result.rejected_tool_calls
-                                               for t in trajectories)),
-  }
-  for name in ('r_task', 'r_sup', 'r_evid', 'r_state', 'r_eff', 'r_global',
-               'r_local_return', 'p_aux', 'm_all', 'm_ans'):
-    vals = [getattr(t.rewards, name) for t in trajectories]
-    m[f'reward/{name}'] = float(np.mean(vals)) if vals else 0.0
-  ops = collections.Counter(d.op for d in decisions)
-  for op, c in sorted(ops.items()):
-    m[f'rollout/op_share_{op}'] = c / n
-  ends = collections.Counter(t.terminated_by for t in trajectories)
-  for reason in environment.TERMINATION_REASONS:
-    m[f'rollout/terminated_{reason}'] = ends.get(reason, 0) / max(len(trajectories), 1)
-  for key, value in timings.items():
-    m[f'time/{key}_s'] = float(value)
-  m.update(advantages.metrics)
-  return m
-
-

@@ -17,8 +17,11 @@ loop), 'verifier_local', 'verifier_global' (input building + scoring),
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from typing import Optional
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
 
 from vermem_jax.envs import environment
 from vermem_jax.rl import advantages as adv
@@ -243,3 +246,39 @@ class RolloutResult:
     shares['other'] = 1.0 - sum(shares.values())
     return shares
 
+
+def update_metrics(decisions: Sequence[RolloutDecision],
+                   trajectories: Sequence[RolloutTrajectory], advantages: adv.Advantages,
+                   timings: Mapping[str, float], policy_calls: int,
+                   unscored_global: int) -> dict[str, float]:
+  """The flat metric summary of an update (`RolloutResult.metrics`): counts, rejected
+  rate, mean cost and command length per decision, rejected tool calls (summed over
+  trajectories), reward means per trajectory, op
+  shares, termination shares, stage seconds and the advantage metrics."""
+  n = max(len(decisions), 1)
+  m = {
+      'rollout/num_trajectories': float(len(trajectories)),
+      'rollout/num_decisions': float(len(decisions)),
+      'rollout/policy_calls': float(policy_calls),
+      'rollout/rejected_rate': sum(not d.accepted for d in decisions) / n,
+      'rollout/mean_cost': sum(d.cost for d in decisions) / n,
+      'rollout/mean_command_tokens': sum(d.command_tokens for d in decisions) / n,
+      'rollout/global_unscored': float(unscored_global),
+      # Non-null commands the executor rejected: not tool calls of the online cost.
+      'rollout/rejected_tool_calls': float(sum(t.result.rejected_tool_calls
+                                               for t in trajectories)),
+  }
+  for name in ('r_task', 'r_sup', 'r_evid', 'r_state', 'r_eff', 'r_global',
+               'r_local_return', 'p_aux', 'm_all', 'm_ans'):
+    vals = [getattr(t.rewards, name) for t in trajectories]
+    m[f'reward/{name}'] = float(np.mean(vals)) if vals else 0.0
+  ops = collections.Counter(d.op for d in decisions)
+  for op, c in sorted(ops.items()):
+    m[f'rollout/op_share_{op}'] = c / n
+  ends = collections.Counter(t.terminated_by for t in trajectories)
+  for reason in environment.TERMINATION_REASONS:
+    m[f'rollout/terminated_{reason}'] = ends.get(reason, 0) / max(len(trajectories), 1)
+  for key, value in timings.items():
+    m[f'time/{key}_s'] = float(value)
+  m.update(advantages.metrics)
+  return m

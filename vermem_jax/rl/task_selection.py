@@ -82,3 +82,21 @@ class BoundPolicy:
     finally:
       self.seconds += time.perf_counter() - t0
 
+  def drain(self) -> int:
+    """For a collective policy (`policy.SamplerPolicy` with a process group): keeps
+    joining sampler rounds with no inputs, call index by call index, until no process
+    has inputs, so every process makes the same sequence of collective calls. Returns
+    the rounds joined (0 for a plain policy)."""
+    idle = getattr(self.policy, 'idle_round', None)
+    if idle is None or getattr(self.policy, 'group', None) is None:
+      return 0
+    rounds = 0
+    t0 = time.perf_counter()
+    try:
+      while idle(jax.random.fold_in(self.rng, self.calls)):
+        self.calls += 1
+        rounds += 1
+    finally:
+      self.seconds += time.perf_counter() - t0
+    return rounds
+

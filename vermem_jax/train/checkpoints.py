@@ -30,9 +30,13 @@ Guarantees:
   internal-dev score, ties to the later step, paper C.8).
 
 Silent bit flips inside array files are not detected (no checksums); truncated, missing
-or unparsable files are. Moving unrestorable steps aside and the phase-complete marker
-are plain file operations of the calling process (single-host; on multi-host runs only
-process 0 should perform them).
+or unparsable files are.
+
+Multi-host (train/distributed.py): every process calls `save` / `restore` with the same
+arguments; Orbax writes each process's shards and commits on its primary host. Moving
+unrestorable steps aside is done by process 0 while the others wait; the phase-complete
+marker is written by the caller on process 0 only (experiments/run.py). The RNG key is
+stored as a host array, so a checkpoint restores under any process / device count.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
 
+from vermem_jax.train import distributed
 from vermem_jax.train import nonfinite
 
 PyTree = Any
@@ -175,11 +180,13 @@ def _abstract(tree: PyTree) -> PyTree:
 
 
 def _rng_to_data(rng: Any) -> tuple[Any, str | None]:
+  """(uint32 key data as a NumPy array, typed-key impl name or None). Stored as a host
+  array: a key lives on one device, which a multi-process save cannot serialize."""
   if rng is None:
     return None, None
   if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    return jax.random.key_data(rng), str(jax.random.key_impl(rng))
-  return rng, None
+    return np.asarray(jax.random.key_data(rng)), str(jax.random.key_impl(rng))
+  return np.asarray(rng), None
 
 
 class _KeepStep(pp_lib.PreservationPolicy):
@@ -344,14 +351,16 @@ class PhaseCheckpointManager:
     bad = [s for s in self.all_steps() if s >= step]
     if not bad or any(s not in self._unrestorable for s in bad):
       return
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S%f')
-    dest_root = os.path.join(self.directory, UNRESTORABLE_DIR)
-    os.makedirs(dest_root, exist_ok=True)
-    for s in bad:
-      dest = os.path.join(dest_root, f'{s}-{stamp}')
-      shutil.move(os.path.join(self.directory, str(s)), dest)
-      logging.warning('moved unrestorable checkpoint step %d (%s) to %s', s,
-                      self._unrestorable[s], dest)
+    if distributed.is_primary():  # one process moves; the others wait, then re-list
+      stamp = datetime.datetime.now(datetime.timezone.utc).strftime('%Y%m%dT%H%M%S%f')
+      dest_root = os.path.join(self.directory, UNRESTORABLE_DIR)
+      os.makedirs(dest_root, exist_ok=True)
+      for s in bad:
+        dest = os.path.join(dest_root, f'{s}-{stamp}')
+        shutil.move(os.path.join(self.directory, str(s)), dest)
+        logging.warning('moved unrestorable checkpoint step %d (%s) to %s', s,
+                        self._unrestorable[s], dest)
+    distributed.barrier(f'quarantine {self.directory} {step}')
     self._manager.reload()
 
   # ----------------------------------------------------------------- restore
@@ -373,11 +382,13 @@ class PhaseCheckpointManager:
         if meta.get('has_rng'):
           if template.rng is None:
             raise CheckpointError(f'step {step} has an RNG key but the template has none')
-          train_template['rng'] = _abstract(_rng_to_data(template.rng)[0])
+          train_template['rng'] = _rng_to_data(template.rng)[0]  # restored as NumPy
       args['train'] = ocp.args.StandardRestore(train_template)
     restored = self._manager.restore(step, args=ocp.args.Composite(**args))
     train = restored['train'] if want_train else {}
     rng = train.get('rng')
+    if rng is not None:
+      rng = jax.device_get(rng)
     if rng is not None and meta.get('rng_impl'):
       rng = jax.random.wrap_key_data(rng, impl=meta['rng_impl'])
     running = meta['running_stats']
@@ -456,7 +467,8 @@ class PhaseCheckpointManager:
 
 
 def restore_params_only(directory: str | os.PathLike, params_template: PyTree = None,
-                        *, prefer_best: bool = True) -> tuple[PyTree, int]:
+                        *, prefer_best: bool = True,
+                        step: int | None = None) -> tuple[PyTree, int]:
   """Loads only the policy parameters of a phase (π_ref / initial params, SPEC §4).
 
   The optimizer state is not read (for a 7B policy it is twice the parameters).
@@ -468,6 +480,7 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
     prefer_best: take the best step by selection metrics (SFT's dev tool accuracy, an
       RL phase's internal-dev score) when there is one, else the newest; unrestorable
       steps fall back with a logged warning.
+    step: this step only (no fallback).
   Returns:
     (params, step).
   Raises:
@@ -480,7 +493,9 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
   try:
     steps = sorted(mgr.all_steps(), reverse=True)
     best = mgr.best_step() if prefer_best else None
-    if best is not None:
+    if step is not None:
+      steps = [step]
+    elif best is not None:
       steps = [best] + [s for s in steps if s != best]
     errors = []
     for s in steps:

@@ -130,17 +130,22 @@ class MetricsWriter:
     resume_step: the restored checkpoint step (0 for a fresh start); rows with step >
       resume_step are dropped. None keeps the files as they are and appends.
     tensorboard: also write TensorBoard event files (config `metrics.tensorboard`).
+    enabled: False checks rows but touches no file (the processes other than 0 of a
+      multi-host run, train/distributed.py).
   """
 
   def __init__(self, phase_dir: str | os.PathLike, *, resume_step: int | None = None,
-               tensorboard: bool = True):
+               tensorboard: bool = True, enabled: bool = True):
     self.phase_dir = str(phase_dir)
-    os.makedirs(self.phase_dir, exist_ok=True)
     self.path = os.path.join(self.phase_dir, METRICS_FILE)
+    self._file = None
+    self._tb = None
+    if not enabled:
+      return
+    os.makedirs(self.phase_dir, exist_ok=True)
     if resume_step is not None and os.path.exists(self.path):
       _truncate_jsonl(self.path, 'step', resume_step)
     self._file = open(self.path, 'a')
-    self._tb = None
     if tensorboard:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       purge = None if resume_step is None else resume_step + 1
@@ -163,6 +168,8 @@ class MetricsWriter:
       if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f'metric {name!r} at step {step} is not a number: {value!r}')
       row[name] = value
+    if self._file is None:
+      return
     self._file.write(json.dumps(row) + '\n')
     self._file.flush()
     if self._tb is not None:
@@ -172,7 +179,8 @@ class MetricsWriter:
       self._tb.flush()
 
   def close(self) -> None:
-    self._file.close()
+    if self._file is not None:
+      self._file.close()
     if self._tb is not None:
       self._tb.close()
 
@@ -191,13 +199,17 @@ class AdvantageTable:
     phase: the phase name stored in each row.
     resume_update: the restored checkpoint step (0 for a fresh start); rows with update
       > resume_update are dropped first. None appends to the file as it is.
+    enabled: False checks rows but touches no file (processes other than 0).
   """
 
   def __init__(self, phase_dir: str | os.PathLike, phase: str, *,
-               resume_update: int | None = None):
+               resume_update: int | None = None, enabled: bool = True):
     self.phase = phase
-    os.makedirs(phase_dir, exist_ok=True)
     self.path = os.path.join(str(phase_dir), ADVANTAGES_FILE)
+    self._file = None
+    if not enabled:
+      return
+    os.makedirs(phase_dir, exist_ok=True)
     if resume_update is not None and os.path.exists(self.path):
       _truncate_jsonl(self.path, 'update', resume_update)
     self._file = open(self.path, 'a')
@@ -230,12 +242,14 @@ class AdvantageTable:
       row['accepted'] = bool(row['accepted'])
       row['violations'] = [str(v) for v in row['violations']]
       lines.append(json.dumps({c: row[c] for c in ADVANTAGE_COLUMNS}) + '\n')
-    self._file.write(''.join(lines))
-    self._file.flush()
+    if self._file is not None:
+      self._file.write(''.join(lines))
+      self._file.flush()
     return len(lines)
 
   def close(self) -> None:
-    self._file.close()
+    if self._file is not None:
+      self._file.close()
 
   def __enter__(self) -> 'AdvantageTable':
     return self

@@ -70,6 +70,7 @@ import numpy as np
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
+from vermem_jax.train import distributed
 from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import setup as setup_lib
@@ -235,7 +236,9 @@ def _mini_batch_step(params, ref_params, opt_state, subset, *, old_from_learner,
       grad_sum = _add_grads(grad_sum, grads)
     loss_sum += float(l)
     parts.append(m)
-    for cid, v in batching.values_by_decision(mb, np.asarray(learner_lp)).items():
+    # Rows may sit on other processes' devices: gather them (a collective).
+    learner_lp = distributed.to_host(learner_lp)
+    for cid, v in batching.values_by_decision(mb, learner_lp).items():
       lps[cid - 1] = v
   t_grad = time.perf_counter() - t0
   t0 = time.perf_counter()
@@ -262,7 +265,7 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
     with setup_lib.mesh_context(mesh):
       lp = grpo.policy_logprobs(params, setup_lib.place_batch(step_batch, mesh),
                                 model_config=model_config, temperature=temperature)
-    for cid, v in batching.values_by_decision(mb, np.asarray(lp)).items():
+    for cid, v in batching.values_by_decision(mb, distributed.to_host(lp)).items():
       out[cid - 1] = v
   return out
 

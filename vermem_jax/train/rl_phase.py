@@ -74,6 +74,16 @@ shardings, so checkpoints load directly into that layout); the learner splits it
 micro-batch rows over ('data', 'fsdp') (rl_learner). The rollout sampler runs under the
 same rules (`setup.generate_fn_for`); an 'llm' solver checkpoint is loaded onto the same
 mesh (rl_setup).
+
+Multi-host (train/distributed.py). Every process runs this function; the mesh spans all
+processes' devices. Update n's tasks are split into contiguous blocks, one per process
+(rl/process_split.py); the sampler's calls of all processes form one collective
+generate call per decision step; A^local's batch and running statistics are computed
+from every process's decisions; the learner trains on the gathered decisions as global
+arrays. The running statistics are initialized once (process 0) and broadcast; an
+'llm' solver is loaded onto each process's own devices. Checkpoints are saved by all
+processes (Orbax); metrics.jsonl, TensorBoard, advantages.jsonl, reference.json and
+the progress bar are written by process 0 only.
 """
 
 from __future__ import annotations
@@ -91,10 +101,12 @@ import numpy as np
 
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import policy as policy_lib
+from vermem_jax.rl import process_split
 from vermem_jax.rl import rollout
 from vermem_jax.rl import rollout_records
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
+from vermem_jax.train import distributed
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_learner
@@ -217,20 +229,31 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   logging.info('%s: π_ref = %s step %d (params sha256 %s)', phase, prev, ref_step,
                ref_sha[:16])
 
-  setup = rl_setup.build_setup(config, mesh=mesh)
+  group = distributed.process_group()
+  primary = distributed.is_primary()
+  # An 'llm' solver answers each process's own episodes: its model lives on this
+  # process's devices, outside the collective programs.
+  setup = distributed.agree(lambda: rl_setup.build_setup(
+      config, mesh=mesh if group is None else setup_lib.process_local_mesh(config),
+      num_processes=distributed.process_count()))
+  distributed.check_same(f'{phase} train episodes', distributed.digest(
+      [spec.episode_id for spec in setup.train_specs]))
   tok = setup.tokenizer
   if restored is None:
     step = 0
     params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable, so sharing is safe
     opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
                                          params, mesh)
-    running, used = rl_setup.init_running_stats(config, setup)
+    # Once (verifier calls), then the same statistics on every process.
+    running, used = distributed.on_primary(
+        lambda: rl_setup.init_running_stats(config, setup))
     logging.info('%s: running statistics initialized from dev transitions %s', phase,
                  used)
     prior_wall = 0.0
     reference['initial_params_sha256'] = rl_resume.params_fingerprint(params)
     reference['running_stats_init_counts'] = used
-    rl_resume.write_reference(directory, reference)
+    if primary:
+      rl_resume.write_reference(directory, reference)
   else:
     step, params, opt_state = restored.step, restored.params, restored.opt_state
     expected = rl_resume.data_position(step, setup, seed)
@@ -240,7 +263,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                        'episodes); use a fresh --workdir')
     running = adv.RunningStats.from_dict(restored.running_stats)
     prior_wall = float((restored.metadata or {}).get('cumulative_wall_time_s', 0.0))
-    if rl_resume.read_reference(directory) is None:
+    if primary and rl_resume.read_reference(directory) is None:
       rl_resume.write_reference(directory, reference)
     logging.info('%s resumes from update %d of %d in %s', phase, step, total, directory)
   resumed_from = step
@@ -248,11 +271,11 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   policy = policy_lib.SamplerPolicy(
       setup.model_config, params, tok, sampling_config=setup.sampling_config,
       batch_buckets=(setup.rollout_config.num_rollouts,),
-      generate_fn=setup_lib.generate_fn_for(mesh))
+      generate_fn=setup_lib.generate_fn_for(mesh), group=group)
   # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
   dev_policy = policy_lib.SamplerPolicy(
       setup.model_config, params, tok, sampling_config=setup.sampling_config,
-      greedy=True, generate_fn=setup_lib.generate_fn_for(mesh))
+      greedy=True, generate_fn=setup_lib.generate_fn_for(mesh), group=group)
   n_dev = int(config.rl.get('eval_episodes', 0))
   dev_specs = setup.dev_specs[:n_dev] if n_dev else setup.dev_specs
   eval_every = int(config.rl.get('eval_every', 0))
@@ -263,11 +286,13 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   log_every = int(config.metrics.log_every)
   monitor_every = int(config.rl.monitor_every)
   writer = metrics_lib.MetricsWriter(directory, resume_step=step,
-                                     tensorboard=bool(config.metrics.tensorboard))
-  table = (metrics_lib.AdvantageTable(directory, phase, resume_update=step)
+                                     tensorboard=bool(config.metrics.tensorboard),
+                                     enabled=primary)
+  table = (metrics_lib.AdvantageTable(directory, phase, resume_update=step,
+                                      enabled=primary)
            if config.metrics.advantage_table else None)
   bar = metrics_lib.progress_bar(total, initial=step, desc=phase,
-                                 disable=not config.metrics.progress_bar)
+                                 disable=not (config.metrics.progress_bar and primary))
   last: dict[str, float] = {}
   last_logged: dict[str, float] = {}
   skips = nonfinite.SkipCounter(int(config.rl.max_consecutive_skips))
@@ -282,14 +307,18 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       task_ids = task_selection.select_tasks(len(setup.train_specs), n,
                                              setup.rollout_config.tasks_per_update,
                                              seed=seed)
+      # Each process collects its block of the tasks; `result` is then the whole
+      # update's (process_split.gather_result; itself with one process).
       result = rollout.collect_update(
-          [setup.train_specs[i] for i in task_ids], policy, setup.solver,
+          [setup.train_specs[i] for i in process_split.split_tasks(task_ids, group)],
+          policy, setup.solver,
           setup.verifier, rng=task_selection.update_rng(seed, n),
           count_tokens=tok.count_tokens,
           rollouts_per_task=setup.rollout_config.rollouts_per_task,
           running_stats=running, executor_config=setup.executor_config,
           env_config=setup.env_config, advantage_config=setup.advantage_config,
-          reward_config=setup.reward_config, phase=phase, update=n)
+          reward_config=setup.reward_config, phase=phase, update=n, group=group)
+      result = process_split.gather_result(result, group)
       t1 = time.perf_counter()
       params, opt_state, learn = rl_learner.learner_update(
           params, ref_params, opt_state, result.decision_tokens(),
@@ -314,7 +343,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         dev = rl_selection.dev_evaluation(
             dev_specs, dev_policy, setup.solver, count_tokens=tok.count_tokens,
             executor_config=setup.executor_config, env_config=setup.env_config,
-            seed=seed, metric=metric)
+            seed=seed, metric=metric, group=group)
         row.update(dev)
         row['time/dev_eval_s'] = time.perf_counter() - t3
         selection = rl_selection.selection_metrics(dev, n)

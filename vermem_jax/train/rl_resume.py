@@ -12,8 +12,8 @@
   previous phase's parameters. A run whose previous phase changed since this phase
   started cannot be resumed exactly and is refused (`check_reference_unchanged`).
 
-Single-host: the reference fingerprint reads every parameter to host memory once per
-phase start.
+The reference fingerprint reads every parameter to host memory once per phase start
+(on every process of a multi-host run, gathering the shards other hosts hold).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from vermem_jax.train import distributed
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_setup
 from vermem_jax.train import setup as setup_lib
@@ -39,11 +40,12 @@ def params_fingerprint(params: Any) -> str:
 
   Leaves are visited in `jax.tree_util.tree_flatten_with_path` order (sorted dict keys),
   each contributing `keystr(path)`, `dtype.str`, `shape` and its C-order bytes. Equal
-  digests mean bit-identical trees (up to SHA-256 collisions).
+  digests mean bit-identical trees (up to SHA-256 collisions). With several processes
+  every leaf is gathered to every host (a collective: all processes call it).
   """
   h = hashlib.sha256()
   for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-    arr = np.ascontiguousarray(np.asarray(leaf))
+    arr = np.ascontiguousarray(distributed.to_host(leaf))
     h.update(jax.tree_util.keystr(path).encode())
     h.update(arr.dtype.str.encode())
     h.update(repr(tuple(arr.shape)).encode())

@@ -27,6 +27,7 @@ import numpy as np
 from vermem_jax.envs import environment
 from vermem_jax.eval import hotpotqa_metrics
 from vermem_jax.eval import metrics as eval_metrics
+from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
@@ -58,8 +59,8 @@ def check_metric(metric: str) -> str:
 
 def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver: Any, *,
                    count_tokens: Callable[[str], int], executor_config: Any,
-                   env_config: environment.EnvConfig, seed: int, metric: str
-                   ) -> dict[str, float]:
+                   env_config: environment.EnvConfig, seed: int, metric: str,
+                   group: Any = None) -> dict[str, float]:
   """Runs the dev episodes greedily and scores them.
 
   Args:
@@ -70,6 +71,10 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
     count_tokens, executor_config, env_config: as in training rollouts.
     seed: key of the (unused when greedy) sampler randomness.
     metric: one of SELECTION_METRICS.
+    group: multi-process run (train/distributed.py ProcessGroup; `policy` in
+      collective mode): each process runs its contiguous block of `specs` and the
+      per-episode numbers are gathered, so every process returns the same values a
+      single process would.
 
   Returns:
     {'dev/score': mean of `metric`, 'dev/<metric>' for every metric,
@@ -82,17 +87,29 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
   if not specs:
     raise ValueError('RL checkpoint selection needs internal-dev episodes '
                      '(config.episodes.num_dev >= 1)')
-  results = environment.run_episodes(
-      specs, task_selection.BoundPolicy(policy, seed), solver,
-      count_tokens=count_tokens, executor_config=executor_config, env_config=env_config)
-  per = [episode_scores(r) for r in results]
-  out = {f'dev/{k}': float(np.mean([p[k] for p in per])) for k in SELECTION_METRICS}
-  decisions = sum(r.num_decisions for r in results)
+  bound = task_selection.BoundPolicy(policy, seed)
+
+  def run_mine():
+    try:
+      results = environment.run_episodes(
+          process_split.split_tasks(specs, group), bound, solver,
+          count_tokens=count_tokens, executor_config=executor_config,
+          env_config=env_config)
+    finally:
+      bound.drain()  # a collective policy keeps joining the other processes' rounds
+    return [(episode_scores(r), r.num_decisions, r.tool_calls,
+             sum(not d.accepted for d in r.decisions)) for r in results]
+  if group is None:
+    per = run_mine()
+  else:
+    _, parts = process_split.run_and_share(run_mine, group.allgather, group.index)
+    per = [row for part in parts for row in part]
+  out = {f'dev/{k}': float(np.mean([p[0][k] for p in per])) for k in SELECTION_METRICS}
+  decisions = sum(p[1] for p in per)
   out['dev/score'] = out[f'dev/{metric}']
-  out['dev/tool_calls'] = float(np.mean([r.tool_calls for r in results]))
-  out['dev/invalid_rate'] = (sum(not d.accepted for r in results for d in r.decisions)
-                             / max(decisions, 1))
-  out['dev/episodes'] = float(len(results))
+  out['dev/tool_calls'] = float(np.mean([p[2] for p in per]))
+  out['dev/invalid_rate'] = sum(p[3] for p in per) / max(decisions, 1)
+  out['dev/episodes'] = float(len(per))
   return out
 
 

@@ -120,8 +120,22 @@ def check_phase(config: ml_collections.ConfigDict) -> str:
   return phase
 
 
+def check_tasks_split(config: ml_collections.ConfigDict, num_processes: int) -> None:
+  """Each process of a multi-host run collects whole task groups of every update.
+
+  Raises:
+    ValueError: `rl.tasks_per_update` below the number of processes (names the field).
+  """
+  if int(config.rl.tasks_per_update) < int(num_processes):
+    raise ValueError(f'config.rl.tasks_per_update: {config.rl.tasks_per_update} tasks per '
+                     f'update cannot be split over {num_processes} processes (each '
+                     'process collects whole task groups); use at least one task per '
+                     'process')
+
+
 def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
-                mesh: jax.sharding.Mesh | None = None) -> PhaseSetup:
+                mesh: jax.sharding.Mesh | None = None,
+                num_processes: int = 1) -> PhaseSetup:
   """Tokenizer, episodes, solver, verifier and library configs of one phase.
 
   Checks before any rollout: the tokenizer fits the policy's (and an 'llm' solver
@@ -133,11 +147,14 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
     solver_params: parameters for an 'llm' task solver without its own checkpoint.
     mesh: where an 'llm' solver checkpoint's parameters are placed (sharded like the
       policy's); None = the default device.
+    num_processes: processes of a multi-host run; each collects a block of every
+      update's tasks, so `rl.tasks_per_update` must be at least this.
   Raises:
     ValueError: a bad config field (named), e.g. an 'llm' solver without weights, a
       tokenizer whose ids exceed a model's vocab_size, or an unreachable verifier.
   """
   phase = check_phase(config)
+  check_tasks_split(config, num_processes)
   op_space = config.episodes.op_space
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)

@@ -13,6 +13,7 @@ Everything here reads the experiment `ml_collections.ConfigDict` (sections `mode
   shard_batch(batch, mesh)         -> learner batch split over ('data', 'fsdp') rows
   zeros_like_params(params)        -> float32 accumulators with the params' shardings
   generate_fn_for(mesh)            -> the sampler under the mesh's sharding rules
+  process_local_mesh(config)       -> a mesh over this process's devices (multi-host)
   check_resume(metadata, fingerprint, directory) -> refuses a resume with other settings
 
 Sharding scheme (models/sharding.py). Parameters follow the logical-axis rules (FSDP
@@ -40,6 +41,7 @@ from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
 from vermem_jax.models import sampling
 from vermem_jax.models import sharding as sharding_lib
+from vermem_jax.train import distributed
 
 # Mesh axes the learner batch's row dimension is split over (data parallelism).
 BATCH_AXES = ('data', 'fsdp')
@@ -281,8 +283,13 @@ def batch_sharding(mesh: Mesh, shape: tuple[int, ...]) -> NamedSharding:
 
 
 def shard_batch(batch: Mapping[str, Any], mesh: Mesh) -> dict[str, jax.Array]:
-  """Places each array of a learner batch ([B, ...]) with `batch_sharding`."""
-  return {k: jax.device_put(v, batch_sharding(mesh, np.shape(v)))
+  """Places each array of a learner batch ([B, ...]) with `batch_sharding`.
+
+  `batch` is the full host batch, the same on every process; with several processes
+  each one passes only the rows its devices hold (`distributed.global_batch_array`,
+  i.e. `jax.make_array_from_process_local_data`).
+  """
+  return {k: distributed.global_batch_array(v, batch_sharding(mesh, np.shape(v)))
           for k, v in batch.items()}
 
 
@@ -308,5 +315,21 @@ def generate_fn_for(mesh: Mesh | None) -> Callable[..., sampling.GenerationOutpu
 
   def generate(*args, **kwargs):
     with sharding_lib.use_sharding(mesh):
-      return sampling.generate(*args, **kwargs)
+      out = sampling.generate(*args, **kwargs)
+    if distributed.process_count() > 1:  # rows live on every process's devices
+      out = sampling.GenerationOutput(*distributed.tree_to_host(tuple(out)))
+    return out
   return generate
+
+
+def process_local_mesh(config: ml_collections.ConfigDict) -> Mesh:
+  """A ('data', 'fsdp', 'tensor') mesh over this process's devices only: where a
+  process runs a model on its own inputs (an 'llm' task solver in a multi-process run),
+  outside the collective programs. `model.mesh_fsdp * mesh_tensor` is kept when it
+  divides the local device count, else all local devices go to 'tensor'."""
+  local = jax.local_devices()
+  n = len(local)
+  fsdp, tensor = int(config.model.get('mesh_fsdp', 1)), int(config.model.get('mesh_tensor', 1))
+  if n % (fsdp * tensor):
+    fsdp, tensor = 1, n
+  return sharding_lib.make_mesh(n // (fsdp * tensor), fsdp, tensor, devices=local)

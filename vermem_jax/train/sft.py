@@ -28,6 +28,10 @@ AdamW state live on the ('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*`
 parameters), micro-batch rows are split over ('data', 'fsdp'), and the jitted steps and
 dev greedy decoding run under `sharding.use_sharding` so the model's activation
 constraints apply. On one device all of this is the single-device computation.
+Multi-host (train/distributed.py): every process builds the same seeded SFT set
+(compared across processes by digest) and the same micro-batch plan, and places only
+the rows its devices hold; process 0 alone writes metrics, TensorBoard, the counts
+table and the progress bar; all processes save checkpoints together (Orbax).
 
 Checkpoints (`workdir/sft`, one `PhaseCheckpointManager`): after every evaluation, with
 selection metrics {tool_accuracy, invalid_rate} (best = higher dev tool accuracy, ties
@@ -57,6 +61,7 @@ from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
 from vermem_jax.train import checkpoints
+from vermem_jax.train import distributed
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import nonfinite
 from vermem_jax.train import setup as setup_lib
@@ -172,17 +177,24 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   exec_cfg = _executor_config(config)
   bcfg = batching.BatchingConfig(**config.batching.to_dict())
   sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
-  construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
-      config.data.to_dict()))
-  train_records, dev_records, report = episodes.build_sft_set(
-      construction, dev_pool, count_tokens=tok.count_tokens,
-      config=_sft_data_config(config), verbose=False)
+  primary = distributed.is_primary()
+
+  def build_set():
+    construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
+        config.data.to_dict()))
+    return episodes.build_sft_set(construction, dev_pool, count_tokens=tok.count_tokens,
+                                  config=_sft_data_config(config), verbose=False)
+  # Every process builds the same seeded set (a failure stops all of them together).
+  train_records, dev_records, report = distributed.agree(build_set)
+  distributed.check_same('the SFT set', distributed.digest(
+      [(r.policy_input, r.target) for r in list(train_records) + list(dev_records)]))
   table = report.format_table()
-  print(table, flush=True)
-  logging.info('SFT set:\n%s', table)
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, COUNTS_FILE), 'w') as f:
-    f.write(table + '\n')
+  if primary:
+    print(table, flush=True)
+    logging.info('SFT set:\n%s', table)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, COUNTS_FILE), 'w') as f:
+      f.write(table + '\n')
   max_cmd = min(bcfg.command_buckets[-1], int(config.sampling.max_command_tokens))
   limits = dict(max_sequence_tokens=bcfg.length_buckets[-1], max_command_tokens=max_cmd)
   train, drop_train = sft_examples.tokenize_records(train_records, tok, **limits)
@@ -265,9 +277,10 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       return out
 
     writer = metrics_lib.MetricsWriter(directory, resume_step=step,
-                                       tensorboard=bool(config.metrics.tensorboard))
+                                       tensorboard=bool(config.metrics.tensorboard),
+                                       enabled=primary)
     bar = metrics_lib.progress_bar(total, initial=step, desc=PHASE, unit='step',
-                                   disable=not config.metrics.progress_bar)
+                                   disable=not (config.metrics.progress_bar and primary))
     try:
       while step < stop:
         t0 = time.time()
