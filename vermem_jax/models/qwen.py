@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 
 # Re-exported: callers use `qwen.QwenConfig`, `qwen.init_cache`, ... as one namespace.
-from vermem_jax.models.attention import Attention  # noqa: F401
+from vermem_jax.models.attention import Attention, AttentionMask  # noqa: F401
 from vermem_jax.models.kv_cache import default_positions, init_cache  # noqa: F401
 from vermem_jax.models.layers import (  # noqa: F401
     PARAM_LOGICAL_AXES, Dense, Embed, RMSNorm, apply_rope, project_vocab)
@@ -134,15 +134,11 @@ class Qwen(nn.Module):
 
     if cache is None:
       cache_index = None
-      causal = jnp.tril(jnp.ones((t, t), bool))
-      attn_mask = causal[None] & real[:, None, :]  # [B, T, S=T]
+      attn_mask = AttentionMask(real, jnp.arange(t, dtype=jnp.int32))
     else:
       cache_index = cache['index']
-      num_slots = cache['valid'].shape[1]
       valid = jax.lax.dynamic_update_slice(cache['valid'], real, (0, cache_index))
-      query_slot = cache_index + jnp.arange(t)
-      causal = jnp.arange(num_slots)[None, :] <= query_slot[:, None]  # [T, S]
-      attn_mask = causal[None] & valid[:, None, :]
+      attn_mask = AttentionMask(valid, cache_index + jnp.arange(t, dtype=jnp.int32))
 
     embed = Embed(cfg.vocab_size, cfg.hidden_size, dt, pdt, name='embed_tokens')
     x = embed(input_ids)

@@ -14,6 +14,9 @@ import jax.numpy as jnp
 
 _DTYPES = {'bfloat16': jnp.bfloat16, 'float32': jnp.float32, 'float16': jnp.float16}
 
+# Attention implementations (attention.py); 'auto' picks one per backend.
+ATTN_IMPLEMENTATIONS = ('auto', 'eager', 'sdpa', 'blockwise', 'pallas')
+
 # --------------------------------------------------------------------------- config
 
 
@@ -43,6 +46,15 @@ class QwenConfig:
     dtype: compute dtype name, 'bfloat16' | 'float32' | 'float16'.
     param_dtype: parameter storage dtype name.
     remat: rematerialize each decoder layer in the backward pass (saves activations).
+    attn_implementation: attention kernel (Hugging Face's field name; attention.py):
+      'eager' materializes every [T, S] score matrix; 'sdpa' is
+      `jax.nn.dot_product_attention` (cuDNN flash attention on GPU in bf16/f16, XLA
+      elsewhere); 'blockwise' is query- and key-chunked online softmax in plain XLA
+      (memory linear in T, every backend); 'pallas' is JAX's Pallas flash-attention
+      kernel for TPU; 'auto' = 'pallas' on TPU, 'sdpa' on GPU in bf16/f16,
+      'blockwise' otherwise.
+    attn_block_q: query rows per block of 'blockwise' / 'pallas' (tokens).
+    attn_block_kv: key columns per block of 'blockwise' / 'pallas' (tokens).
   """
   vocab_size: int = 151936
   hidden_size: int = 64
@@ -60,6 +72,9 @@ class QwenConfig:
   dtype: str = 'float32'
   param_dtype: str = 'float32'
   remat: bool = False
+  attn_implementation: str = 'auto'
+  attn_block_q: int = 512
+  attn_block_kv: int = 512
 
   def __post_init__(self):
     if self.head_dim is None:
@@ -71,7 +86,7 @@ class QwenConfig:
                          self.hidden_size // self.num_attention_heads)
     for name in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
                  'num_attention_heads', 'num_key_value_heads', 'head_dim',
-                 'max_position_embeddings'):
+                 'max_position_embeddings', 'attn_block_q', 'attn_block_kv'):
       value = getattr(self, name)
       if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f'QwenConfig.{name} must be a positive int, got {value!r}')
@@ -84,6 +99,9 @@ class QwenConfig:
     if not self.rope_theta > 0 or not self.rms_norm_eps > 0:
       raise ValueError('QwenConfig: rope_theta and rms_norm_eps must be positive, got '
                        f'{self.rope_theta!r}, {self.rms_norm_eps!r}')
+    if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
+      raise ValueError(f'QwenConfig.attn_implementation must be one of '
+                       f'{ATTN_IMPLEMENTATIONS}, got {self.attn_implementation!r}')
     for name in ('dtype', 'param_dtype'):
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f'QwenConfig.{name} must be one of {sorted(_DTYPES)}, '
