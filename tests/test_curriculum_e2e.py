@@ -21,6 +21,7 @@ import pytest
 
 from experiments import run as run_lib
 from experiments.configs import common
+from experiments.configs.parts import curriculum
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import rl_phase
@@ -83,7 +84,7 @@ def workdir():
 
 
 def test_every_phase_has_a_restorable_checkpoint_and_marker(workdir):
-  for phase in common.PHASE_ORDER:
+  for phase in curriculum.PHASE_ORDER:
     d = os.path.join(workdir, phase)
     assert os.path.isdir(d), phase
     marker = checkpoints.phase_complete_step(d)

@@ -32,7 +32,7 @@ from vermem_jax.verifiers import make_verifier
 K = 3
 # Small budgets keep every policy prompt (x_t <= SMALL_LIMIT tokens + the chat template)
 # in one sampler prompt bucket on CPU: SMALL_LIMIT + the reserved template tokens, as
-# experiments/configs/common.py derives it.
+# experiments/configs/parts/derived.py derives it.
 SMALL_BUDGET, SMALL_LIMIT = 512, 480
 OVERHEAD = 64
 PROMPT_BUCKETS = (SMALL_LIMIT + OVERHEAD,)

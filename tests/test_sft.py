@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
+from experiments.configs.parts import validation
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import sft_data
@@ -48,7 +49,7 @@ def tiny_config():
   c.checkpoint.save_every = 1
   c.metrics.progress_bar = False
   c.metrics.tensorboard = False
-  common.validate_config(c)
+  validation.validate_config(c)
   return c
 
 

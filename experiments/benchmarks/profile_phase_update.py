@@ -35,6 +35,7 @@ from absl import logging  # noqa: E402
 import jax  # noqa: E402
 
 from experiments.configs import common  # noqa: E402
+from experiments.configs.parts import validation  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.rl import policy as policy_lib  # noqa: E402
 from vermem_jax.rl import rollout  # noqa: E402
@@ -80,7 +81,7 @@ def main():
   for path, value in _parse_set(args.set).items():
     section, field = path.split('.')
     config[section][field] = value
-  common.validate_config(config)
+  validation.validate_config(config)
   t0 = time.perf_counter()
   setup = rl_phase.build_setup(config)
   t_setup = time.perf_counter() - t0
