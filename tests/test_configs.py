@@ -165,6 +165,9 @@ def test_bad_scale_argument():
     ('sft.teacher_timeout_s', 0.0, 'config.sft.teacher_timeout_s'),
     ('model.mesh_fsdp', 0, 'config.model.mesh_fsdp'),
     ('model.mesh_data', -2, 'config.model.mesh_data'),
+    ('model.attn_implementation', 'flash2', 'config.model.attn_implementation'),
+    ('model.attn_block_kv', 0, 'config.model.attn_block_kv'),
+    ('batching.loss_chunk_size', 0, 'config.batching.loss_chunk_size'),
 ])
 def test_validate_names_bad_field(field, value, match):
   c = common.get_config('phase_b')

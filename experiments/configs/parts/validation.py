@@ -18,6 +18,7 @@ from experiments.configs.parts import curriculum
 from experiments.configs.parts import library
 from experiments.configs.parts import paper
 from vermem_jax import paths
+from vermem_jax.models import qwen_config
 
 SOLVER_BACKENDS = ('oracle', 'llm')
 KL_ESTIMATORS = ('exact', 'k3')
@@ -44,6 +45,13 @@ def _check_model(config: ml_collections.ConfigDict) -> None:
   _require(config.model.dtype in DTYPES, 'model.dtype', f'expected one of {DTYPES}')
   _require(config.model.param_dtype in DTYPES, 'model.param_dtype',
            f'expected one of {DTYPES}')
+  impls = qwen_config.ATTN_IMPLEMENTATIONS
+  _require(config.model.attn_implementation in impls, 'model.attn_implementation',
+           f'expected one of {impls}')
+  for key in ('attn_block_q', 'attn_block_kv'):
+    value = config.model[key]
+    _require(isinstance(value, int) and value >= 1, f'model.{key}',
+             f'must be an int >= 1, got {value!r}')
   if config.scale == 'paper':
     _require(bool(config.model.hf_checkpoint), 'model.hf_checkpoint',
              'paper scale needs a Hugging Face Qwen folder: pass '
@@ -93,6 +101,10 @@ def _check_buckets(config: ml_collections.ConfigDict) -> None:
   _require(b.command_buckets[-1] >= s.max_command_tokens, 'batching.command_buckets',
            f'largest bucket {b.command_buckets[-1]} < max_command_tokens '
            f'{s.max_command_tokens}')
+  _require(b.loss_chunk_size is None or (isinstance(b.loss_chunk_size, int)
+                                         and b.loss_chunk_size >= 1),
+           'batching.loss_chunk_size', f'must be None or an int >= 1, got '
+           f'{b.loss_chunk_size!r}')
 
 
 def _check_sft(config: ml_collections.ConfigDict) -> None:
