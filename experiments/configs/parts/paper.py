@@ -117,6 +117,9 @@ def _sampling(c: ml_collections.ConfigDict) -> None:
   # longest prompt, so a full 8,192-token x_t pads to 8,256, not to 16,384.
   c.sampling.prompt_buckets = derived.derived_buckets_ref(derived.MIN_PROMPT_BUCKET,
                                                         _max_prompt_ref(c))
+  # One prefill per distinct prompt of a sampler call, its KV cache shared by the rows
+  # that repeat it (the K rollouts' x_0); same tokens as without sharing.
+  c.sampling.share_prefill = True
 
 
 def _batching(c: ml_collections.ConfigDict) -> None:

@@ -72,6 +72,8 @@ def _check_sampling(config: ml_collections.ConfigDict) -> None:
   _require(s.eval_temperature >= 0.0, 'sampling.eval_temperature', 'must be >= 0')
   _require(0.0 < s.top_p <= 1.0, 'sampling.top_p', 'must be in (0, 1]')
   _require(s.max_command_tokens >= 1, 'sampling.max_command_tokens', 'must be >= 1')
+  _require(isinstance(s.share_prefill, bool), 'sampling.share_prefill',
+           f'must be a bool, got {s.share_prefill!r}')
   _require(isinstance(s.prompt_overhead_tokens, int) and s.prompt_overhead_tokens >= 0,
            'sampling.prompt_overhead_tokens',
            f'must be an int >= 0, got {s.prompt_overhead_tokens!r}')
