@@ -118,11 +118,8 @@ def _collect(specs, policy, tok, oracle, *, seed=0, stats=None, budget=SMALL_BUD
       phase="phase_b", update=1)
 
 
-@pytest.fixture(scope="module")
-def sampled(pools, tok, oracle, tiny_model):
-  """A 2-task x 3-rollout Phase B update sampled at temperature 1, top-p 1."""
-  config, params = tiny_model
-  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
+def _counted_policy(config, params, tok, rows):
+  """A temperature-1, top-p-1 SamplerPolicy of `rows` rows over a CountingGenerate."""
   counter = CountingGenerate()
   policy = pol.SamplerPolicy(
       config, params, tok,
@@ -130,7 +127,16 @@ def sampled(pools, tok, oracle, tiny_model):
                                                max_command_tokens=CMD_TOKENS,
                                                prompt_overhead_tokens=OVERHEAD,
                                                prompt_buckets=PROMPT_BUCKETS),
-      batch_buckets=(len(specs) * K,), generate_fn=counter)
+      batch_buckets=(rows,), generate_fn=counter)
+  return policy, counter
+
+
+@pytest.fixture(scope="module")
+def sampled(pools, tok, oracle, tiny_model):
+  """A 2-task x 3-rollout Phase B update sampled at temperature 1, top-p 1."""
+  config, params = tiny_model
+  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
+  policy, counter = _counted_policy(config, params, tok, len(specs) * K)
   result = _collect(specs, policy, tok, oracle)
   return dict(specs=specs, policy=policy, result=result,
               generate_batches=list(counter.batches),
@@ -187,14 +193,7 @@ def test_first_decision_prefills_once_per_task(pools, tok, oracle, tiny_model):
   config, params = tiny_model
   specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
   rollouts = 8
-  counter = CountingGenerate()
-  policy = pol.SamplerPolicy(
-      config, params, tok,
-      sampling_config=pol.PolicySamplingConfig(temperature=1.0, top_p=1.0,
-                                               max_command_tokens=CMD_TOKENS,
-                                               prompt_overhead_tokens=OVERHEAD,
-                                               prompt_buckets=PROMPT_BUCKETS),
-      batch_buckets=(len(specs) * rollouts,), generate_fn=counter)
+  policy, counter = _counted_policy(config, params, tok, len(specs) * rollouts)
   _collect(specs, policy, tok, oracle, rollouts_per_task=rollouts)
   assert counter.batches[0] == len(specs) * rollouts
   assert counter.prefilled[0] == len(specs)  # one prefill per task
