@@ -344,11 +344,11 @@ def _parse_flags(config_file, *overrides):
 
 def test_sft_teacher_fields_reach_the_sft_data_config():
   """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
-  from vermem_jax.envs import sft_data  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
-  defaults = sft_data.SFTDataConfig()
+  defaults = sft_data_config.SFTDataConfig()
   for name in ('teacher_api_key_env', 'teacher_timeout_s', 'teacher_max_tokens',
                'teacher_temperature', 'teacher_base_url', 'teacher_model'):
     assert c.sft[name] == getattr(defaults, name), name
@@ -369,15 +369,16 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
 
 
 def test_old_logprobs_field():
-  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_resume  # pylint: disable=g-import-not-at-top
   for phase in ('phase_a', 'phase_b', 'phase_c'):
     assert _paper(phase).rl.old_logprobs == 'learner'
   assert common.get_config('phase_b').rl.old_logprobs == 'learner'
-  assert common.get_config('phase_b').rl.old_logprobs == rl_phase.DEFAULT_OLD_LOGPROBS
-  assert validation.OLD_LOGPROBS_SOURCES == rl_phase.OLD_LOGPROBS_SOURCES
+  assert common.get_config('phase_b').rl.old_logprobs == rl_learner.DEFAULT_OLD_LOGPROBS
+  assert validation.OLD_LOGPROBS_SOURCES == rl_learner.OLD_LOGPROBS_SOURCES
   c = _parse_flags('phase_b.py', '--config.rl.old_logprobs=sampler')
   validation.validate_config(c)
-  assert rl_phase.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
+  assert rl_resume.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
 
 
 def test_model_config_is_the_trainers():

@@ -47,7 +47,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     {'data': envs.hotpotqa.DataConfig, 'memory': memory.ExecutorConfig (phase =
     episodes.op_space), 'advantage': rl.advantages.AdvantageConfig, 'reward':
     rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
-    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.ScenarioConfig, 'env':
+    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.spec.ScenarioConfig, 'env':
     envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig}.
   Raises:
     ValueError: `config.<section>: <problem>` for an unknown key or a value the
@@ -56,7 +56,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   # Imported here: the libraries are heavier than the config layer.
   from vermem_jax.envs import environment  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
-  from vermem_jax.envs import scenarios  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.scenarios import spec as scenario_spec  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import task_solvers  # pylint: disable=g-import-not-at-top
   from vermem_jax.memory import config as memory_config  # pylint: disable=g-import-not-at-top
   from vermem_jax.rl import advantages  # pylint: disable=g-import-not-at-top
@@ -81,7 +81,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
       'reward': build('reward', rewards.RewardConfig),
       'verifier': build('verifier', verifier_base.VerifierConfig),
       'solver': build('solver', task_solvers.SolverConfig),
-      'episodes': build('episodes', scenarios.ScenarioConfig),
+      'episodes': build('episodes', scenario_spec.ScenarioConfig),
       'batching': build('batching', batching.BatchingConfig),
   }
   try:

@@ -148,7 +148,7 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
   c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
   # Optional teacher for the non-template half (paper App. D.2); keys =
-  # envs.sft_data.SFTDataConfig fields. None = templates fill every class.
+  # envs.sft_data.config.SFTDataConfig fields. None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
   c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
   c.sft.teacher_model = ''             # model name served there
@@ -249,7 +249,7 @@ def _solver(c: ml_collections.ConfigDict) -> None:
 
 def _episodes(c: ml_collections.ConfigDict) -> None:
   """Episodes (SPEC §4)."""
-  # Keys = envs.scenarios.ScenarioConfig fields + op_space; rollout_limit and
+  # Keys = envs.scenarios.spec.ScenarioConfig fields + op_space; rollout_limit and
   # token_budget also give envs.environment.EnvConfig.
   c.episodes = ml_collections.ConfigDict()
   train, dev = PAPER_EPISODES.get(c.phase, (0, 0))

@@ -22,8 +22,8 @@ from vermem_jax.models import qwen_config
 
 SOLVER_BACKENDS = ('oracle', 'llm')
 KL_ESTIMATORS = ('exact', 'k3')
-OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_phase.OLD_LOGPROBS_SOURCES
-TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.SFTDataConfig's
+OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
+TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.config.SFTDataConfig's
 DTYPES = ('float32', 'bfloat16')
 
 
