@@ -9,8 +9,9 @@ rl.weight_decay (not applied to 1-D parameters, as in SFT), no entropy bonus
 One learner step per update (`learner_update`): every decision (∅ and rejected
 commands included) becomes one row of the padded micro-batches
 (`batching.micro_batches`; command-token weights already divided by the update's N
-decisions). `grpo_step` (grpo.command_logits + grpo.grpo_loss_from_logits, jitted; the
-computation of grpo.grpo_loss_and_grads) returns loss and gradient SUMS per
+decisions). `grpo_step` (grpo.command_token_stats + grpo.grpo_loss_from_token_stats,
+jitted; the computation of grpo.grpo_loss_and_grads, with the head and loss in chunks of
+`batching.loss_chunk_size` command positions) returns loss and gradient SUMS per
 micro-batch; they are accumulated and divided once by N, then one optimizer step is
 applied (`apply_update`; SPEC §6: per-command token mean, then mean over all decisions
 of the update).
@@ -178,14 +179,16 @@ class LossConfig:
 
 @functools.partial(jax.jit, static_argnames=(
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'old_from_learner'))
+    'old_from_learner', 'loss_chunk_size'))
 def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
               model_config: qwen.QwenConfig, clip_epsilon: float, kl_beta: float,
-              kl_estimator: str, temperature: float, old_from_learner: bool):
+              kl_estimator: str, temperature: float, old_from_learner: bool,
+              loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE):
   """Summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
 
-  Same computation as `grpo.grpo_loss_and_grads` (policy and reference logits at the
-  command positions only, `grpo.grpo_loss_from_logits`), plus the learner's own
+  Same computation as `grpo.grpo_loss_and_grads` (policy and reference statistics at
+  the command positions only, in vocabulary chunks of `loss_chunk_size` positions:
+  no [B, L, V] array; `grpo.grpo_loss_from_token_stats`), plus the learner's own
   log π_θ(y_j | h_j) at `temperature`. With `old_from_learner`, θ_old's log-probs are
   those values under stop_gradient: θ = θ_old at the update's single optimizer step, so
   ρ = exp(log π_θ − sg(log π_θ)) = 1 and ∇ρ = ∇ log π_θ, without a second forward pass
@@ -196,25 +199,23 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
     batch: `batching.to_step_batch` arrays ([B, T] model inputs, [B, L] loss layout).
     model_config, clip_epsilon, kl_beta, kl_estimator, temperature: static settings.
     old_from_learner: see above.
+    loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
   Returns:
     ((loss_sum, num_decisions, metrics, learner_logprobs [B, L] float32 (0 on
     padding)), grads of loss_sum) — sums, not yet divided by the update's N.
   """
-  ref_logits = None
-  if kl_beta != 0:
-    ref_logits = jax.lax.stop_gradient(grpo.command_logits(model_config, ref_params,
-                                                           batch))
   mask = batch['command_ids'] > 0
 
   def loss_fn(p):
-    logits = grpo.command_logits(model_config, p, batch)
-    logp = jax.lax.stop_gradient(grpo.token_logprobs_from_logits(
-        logits, batch['target_ids'], temperature=temperature))
-    logp = jnp.where(mask, logp, 0.0)
+    stats = grpo.command_token_stats(
+        model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
+        kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
+        chunk_size=loss_chunk_size)
+    logp = jnp.where(mask, jax.lax.stop_gradient(stats['logp']), 0.0)
     loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
-    loss_sum, num, metrics = grpo.grpo_loss_from_logits(
-        logits, ref_logits, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, temperature=temperature)
+    loss_sum, num, metrics = grpo.grpo_loss_from_token_stats(
+        stats, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
+        kl_estimator=kl_estimator)
     return loss_sum, (num, metrics, logp)
 
   (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
@@ -271,7 +272,8 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
   kwargs = dict(model_config=model_config, clip_epsilon=loss.clip_epsilon,
                 kl_beta=loss.kl_beta, kl_estimator=loss.kl_estimator,
                 temperature=loss.temperature,
-                old_from_learner=loss.old_logprobs == 'learner')
+                old_from_learner=loss.old_logprobs == 'learner',
+                loss_chunk_size=batching_config.loss_chunk_size)
   for mb in mbs:
     t0 = time.perf_counter()
     step_batch = batching.to_step_batch(mb)

@@ -247,7 +247,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       out = sft_eval.dev_metrics([e.record for e in dev], preds,
                                  executor_config=exec_cfg, count_tokens=tok.count_tokens)
       out['dev_loss'] = sft_step.command_loss(p, dev_batches, model_config=model_cfg,
-                                              mesh=mesh)
+                                              mesh=mesh,
+                                              loss_chunk_size=bcfg.loss_chunk_size)
       for e, text in list(zip(dev, preds))[:2]:
         logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
                      text[:120])
@@ -263,9 +264,9 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
         idx, _, _ = sft_examples.batch_indices(step, len(train), batch_size, seed)
         decisions = [train_decisions[i] for i in idx]
         mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
-        params, opt_state, m = sft_step.train_step(params, opt_state, mbs,
-                                                   model_config=model_cfg, opt=opt,
-                                                   mesh=mesh)
+        params, opt_state, m = sft_step.train_step(
+            params, opt_state, mbs, model_config=model_cfg, opt=opt, mesh=mesh,
+            loss_chunk_size=bcfg.loss_chunk_size)
         m['lr'] = float(schedule(step))
         step += 1
         dt = time.time() - t0

@@ -127,9 +127,10 @@ def zero_accumulator(params: Any) -> dict[str, Any]:
           'tokens': zero}
 
 
-def _accumulate(params, acc, batch, model_config):
+def _accumulate(params, acc, batch, model_config, loss_chunk_size):
   (total, count, m), grads = grpo.sft_loss_and_grads(
-      params, batch, model_config=model_config, reduction='decision')
+      params, batch, model_config=model_config, reduction='decision',
+      loss_chunk_size=loss_chunk_size)
   return {
       'grads': jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc['grads'], grads),
       'loss_sum': acc['loss_sum'] + total,
@@ -144,14 +145,16 @@ def _accumulate(params, acc, batch, model_config):
 def _accumulate_fn(donate: bool) -> Callable:
   # Donating the accumulator halves peak gradient memory on accelerators; the CPU
   # backend cannot donate and would warn on every call.
-  return jax.jit(_accumulate, static_argnames=('model_config',),
+  return jax.jit(_accumulate, static_argnames=('model_config', 'loss_chunk_size'),
                  donate_argnums=(1,) if donate else ())
 
 
 def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
                            micro_batch: Mapping[str, np.ndarray], *,
                            model_config: qwen.QwenConfig,
-                           mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+                           mesh: jax.sharding.Mesh | None = None,
+                           loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE
+                           ) -> dict[str, Any]:
   """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
 
   Args:
@@ -162,6 +165,8 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
     model_config: QwenConfig (static).
     mesh: the training mesh (`setup.make_mesh_from`): rows are split over
       ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
+    loss_chunk_size: command positions per vocabulary chunk of the head and NLL
+      (`batching.loss_chunk_size`; rl/token_stats.py); None = unchunked.
   Returns:
     acc + {grads: ∂(Σ_commands token-mean NLL)/∂params, loss_sum: that sum, count:
     number of commands, token_nll / token_correct / tokens: token-level sums}.
@@ -169,7 +174,8 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
   donate = jax.default_backend() != 'cpu'
   batch = setup_lib.place_batch(_step_batch(micro_batch), mesh)
   with setup_lib.mesh_context(mesh):
-    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config)
+    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config,
+                                  loss_chunk_size=loss_chunk_size)
 
 
 @functools.partial(jax.jit, static_argnames=('opt',))
@@ -204,7 +210,8 @@ def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
 def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                model_config: qwen.QwenConfig, opt: OptimizerConfig,
-               mesh: jax.sharding.Mesh | None = None
+               mesh: jax.sharding.Mesh | None = None,
+               loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE
                ) -> tuple[Any, Any, dict[str, float]]:
   """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
 
@@ -218,27 +225,31 @@ def train_step(params: Any, opt_state: Any,
     raise ValueError('an SFT step needs at least one micro-batch')
   acc = zero_accumulator(params)
   for mb in micro_batches:
-    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh)
+    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh,
+                                 loss_chunk_size=loss_chunk_size)
   with setup_lib.mesh_context(mesh):
     params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
   return params, opt_state, {k: float(v) for k, v in jax.device_get(out).items()}
 
 
-@functools.partial(jax.jit, static_argnames=('model_config',))
-def _nll_sums(params, batch, model_config):
-  logits = grpo.command_logits(model_config, params, batch)
-  total, count, _ = grpo.command_nll_from_logits(logits, batch, reduction='decision')
+@functools.partial(jax.jit, static_argnames=('model_config', 'loss_chunk_size'))
+def _nll_sums(params, batch, model_config, loss_chunk_size):
+  stats = grpo.command_token_stats(model_config, params, batch, entropy=False,
+                                   correct=True, chunk_size=loss_chunk_size)
+  total, count, _ = grpo.command_nll_from_token_stats(stats, batch, reduction='decision')
   return total, count
 
 
 def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                  model_config: qwen.QwenConfig,
-                 mesh: jax.sharding.Mesh | None = None) -> float:
+                 mesh: jax.sharding.Mesh | None = None,
+                 loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE) -> float:
   """Mean over commands of each command's token-mean NLL (no gradient; dev loss)."""
   total, count = 0.0, 0.0
   for mb in micro_batches:
     with setup_lib.mesh_context(mesh):
-      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config)
+      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config,
+                       loss_chunk_size)
     total += float(t)
     count += float(c)
   return total / max(count, 1.0)
