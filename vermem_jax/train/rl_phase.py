@@ -166,7 +166,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
 
   # ---- resume (newest restorable checkpoint, with fallback past corrupt ones)
   mgr = checkpoints.PhaseCheckpointManager(
-      directory, max_to_keep=int(config.checkpoint.max_to_keep))
+      directory, max_to_keep=int(config.checkpoint.max_to_keep),
+      async_save=bool(config.checkpoint.get('async_save', True)))
   latest = mgr.latest_step()
   restored = mgr.restore(template)
   if restored is not None:
@@ -306,7 +307,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
     writer.close()
     if table is not None:
       table.close()
-  mgr.close()
+    mgr.close()  # waits for a background save
   wall = prior_wall + time.time() - t_start
   out = _final_metrics(phase, step, total, wall, reference, params, resumed_from,
                        last or last_logged)

@@ -221,7 +221,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   template = checkpoints.TrainState(step=0, params=params, opt_state=opt_state, rng=rng,
                                     data_position=position(0), metadata={})
   with checkpoints.PhaseCheckpointManager(
-      directory, max_to_keep=int(config.checkpoint.max_to_keep)) as mgr:
+      directory, max_to_keep=int(config.checkpoint.max_to_keep),
+      async_save=bool(config.checkpoint.get('async_save', True))) as mgr:
     step, prior_wall, last_dev, train_loss = 0, 0.0, {}, float('nan')
     restored = mgr.restore(template)
     if restored is not None:

@@ -283,6 +283,7 @@ def _checkpoint(c: ml_collections.ConfigDict) -> None:
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.max_to_keep = 3         # decision: newest N kept (+ SFT's best)
   c.checkpoint.save_every = 10         # decision: updates (RL) / steps (SFT) per save
+  c.checkpoint.async_save = True       # write in the background (train/checkpoints.py)
 
 
 def _metrics(c: ml_collections.ConfigDict) -> None:

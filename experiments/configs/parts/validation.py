@@ -206,6 +206,8 @@ def _check_eval(config: ml_collections.ConfigDict) -> None:
 def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
   _require(config.checkpoint.max_to_keep >= 1, 'checkpoint.max_to_keep', 'must be >= 1')
   _require(config.checkpoint.save_every >= 1, 'checkpoint.save_every', 'must be >= 1')
+  _require(isinstance(config.checkpoint.get('async_save', True), bool),
+           'checkpoint.async_save', 'must be a bool')
 
 
 def _check_metrics(config: ml_collections.ConfigDict) -> None:
