@@ -42,7 +42,6 @@ The issue-12 figure (8 rows, 1,024 tokens, 256 command tokens, exact KL):
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -54,6 +53,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.rl import grpo  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
@@ -216,7 +216,7 @@ def main(argv=None):
   ap.add_argument('--time', action='store_true', help='with --step: run and time it')
   ap.add_argument('--repeats', type=int, default=3)
   ap.add_argument('--skip_head', action='store_true', help='skip the head comparison')
-  ap.add_argument('--out', default=None, help='write the figures as JSON here')
+  bench_common.add_out_flag(ap)
   args = ap.parse_args(argv)
   lengths = [int(x) for x in args.lengths.split(',')]
   b, l = args.batch, args.command_tokens
@@ -275,10 +275,7 @@ def main(argv=None):
   if args.step:
     chunks = [None] + [int(c) for c in args.chunk_sizes.split(',') if c]
     results['step'] = step_figures(cfg, args, chunks)
-  if args.out:
-    with open(args.out, 'w') as f:
-      json.dump(results, f, indent=2)
-    print(f'figures written to {args.out}')
+  bench_common.write_figures(args.out, results)
   return 0
 
 

@@ -47,7 +47,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+import bench_common  # noqa: E402  (this folder is on sys.path; stdlib only)
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TUNIX_PYTHON = '/work/venvs/tunix/bin/python'
@@ -78,7 +79,7 @@ def _parser():
   ap.add_argument('--rounds', type=int, default=2)
   ap.add_argument('--skip', default='', help='parts to skip: learner, decode')
   ap.add_argument('--tunix_python', default=DEFAULT_TUNIX_PYTHON)
-  ap.add_argument('--out', default=None, help='write every figure as JSON here')
+  bench_common.add_out_flag(ap)
   ap.add_argument('--library', choices=('ours', 'tunix'), default=None,
                   help='(internal) run one library in this process')
   ap.add_argument('--child_out', default=None, help='(internal)')
@@ -107,17 +108,9 @@ def _memory_batches(args):
   return [int(x) for x in args.memory_batches.split(',') if x]
 
 
-def _time(fn, repeats):
-  """(warm-up seconds, median seconds) of a blocking callable."""
-  t0 = time.perf_counter()
-  fn()
-  first = time.perf_counter() - t0
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t0)
-  return first, statistics.median(times)
+def _learner_row(b, t, sec, temp, first):
+  return {'seconds': sec, 'tokens_per_s': b * t / sec, 'temp_bytes': temp,
+          'first_call_s': first, 'load_average': os.getloadavg()[0]}
 
 
 def _pin(threads):
@@ -183,11 +176,9 @@ def run_ours(args) -> dict:
             .temp_size_in_bytes)}
       compiled = step.lower(params, ref_params, batch).compile()
       temp = int(compiled.memory_analysis().temp_size_in_bytes)
-      first, sec = _time(lambda: jax.block_until_ready(
+      first, sec = bench_common.time_median(lambda: jax.block_until_ready(
           compiled(params, ref_params, batch)), args.repeats)
-      out['learner'][est] = {'seconds': sec, 'tokens_per_s': b * t / sec,
-                             'temp_bytes': temp, 'first_call_s': first,
-                             'load_average': os.getloadavg()[0]}
+      out['learner'][est] = _learner_row(b, t, sec, temp, first)
       print(f'[ours] learner {est}: {b * t / sec:.1f} tok/s, temp {temp / GIB:.3f} GiB',
             flush=True)
 
@@ -199,7 +190,7 @@ def run_ours(args) -> dict:
                                 temperature=0.0, stop_token_ids=(), pad_token_id=0,
                                 prompt_buckets=(args.decode_prompt_len,))
         jax.block_until_ready(res.tokens)
-      first, sec = _time(gen, args.repeats)
+      first, sec = bench_common.time_median(gen, args.repeats)
       out['decode'][str(nb)] = {'seconds': sec, 'tokens_per_s': nb * args.new_tokens / sec,
                                 'first_call_s': first, 'load_average': os.getloadavg()[0]}
       print(f'[ours] decode batch {nb}: {nb * args.new_tokens / sec:.1f} tok/s', flush=True)
@@ -308,12 +299,10 @@ def run_tunix(args) -> dict:
             .temp_size_in_bytes)}
       compiled = jax.jit(step).lower(state, ref_state, example).compile()
       temp = int(compiled.memory_analysis().temp_size_in_bytes)
-      first, sec = _time(lambda: jax.block_until_ready(
+      first, sec = bench_common.time_median(lambda: jax.block_until_ready(
           compiled(state, ref_state, example)), args.repeats)
       t = p + c
-      out['learner']['k3'] = {'seconds': sec, 'tokens_per_s': b * t / sec,
-                              'temp_bytes': temp, 'first_call_s': first,
-                              'load_average': os.getloadavg()[0]}
+      out['learner']['k3'] = _learner_row(b, t, sec, temp, first)
       print(f'[tunix] learner k3: {b * t / sec:.1f} tok/s, temp {temp / GIB:.3f} GiB',
             flush=True)
 
@@ -333,7 +322,7 @@ def run_tunix(args) -> dict:
                       max_prompt_length=args.decode_prompt_len, temperature=0.0,
                       eos_tokens=[eos])
         assert all(len(t) == args.new_tokens for t in res.tokens)
-      first, sec = _time(gen, args.repeats)
+      first, sec = bench_common.time_median(gen, args.repeats)
       out['decode'][str(nb)] = {'seconds': sec, 'tokens_per_s': nb * args.new_tokens / sec,
                                 'first_call_s': first, 'load_average': os.getloadavg()[0]}
       print(f'[tunix] decode batch {nb}: {nb * args.new_tokens / sec:.1f} tok/s',
@@ -450,10 +439,7 @@ def main(argv=None):
     report['summary']['decode'] = summary
   print('\nGoals: learner >= 1.3x Tunix tokens/s with the same estimator (k3); decode '
         '>= 1.0x at both batch sizes.')
-  if args.out:
-    with open(args.out, 'w') as f:
-      json.dump(report, f, indent=2)
-    print(f'figures written to {args.out}')
+  bench_common.write_figures(args.out, report)
   return 0
 
 

@@ -32,7 +32,6 @@ import argparse
 import ast
 import copy
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -42,6 +41,7 @@ if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
 from absl import logging  # noqa: E402
+import bench_common  # noqa: E402  (this folder is on sys.path)
 import jax  # noqa: E402
 
 from experiments.configs import common  # noqa: E402
@@ -89,7 +89,7 @@ def main():
                       help='config override section.field=value (repeatable)')
   parser.add_argument('--ab_share_prefill', action='store_true',
                       help='collect each update with and without shared prefill')
-  parser.add_argument('--out', default=None, help='write the figures as JSON here')
+  bench_common.add_out_flag(parser)
   args = parser.parse_args()
   logging.set_verbosity(logging.WARNING)
 
@@ -210,10 +210,7 @@ def main():
             f'{entry["same_commands"]}')
     report['updates'].append(entry)
     print()
-  if args.out:
-    with open(args.out, 'w') as f:
-      json.dump(report, f, indent=2)
-    print(f'figures written to {args.out}')
+  bench_common.write_figures(args.out, report)
 
 
 if __name__ == '__main__':
