@@ -22,10 +22,11 @@ naive variants that would need many GiB are only compiled. Two comparisons:
          policy + reference forward, θ_old log-probs, loss, gradients) on the tiny
          trunk with the Qwen vocabulary at --step_batch rows x --step_length tokens x
          --command_tokens command tokens, exact KL and k3, with the head and loss
-         unchunked (loss_chunk_size None, the code before issue 12) and in chunks of
-         --chunk_sizes command positions (rl/token_stats.py). With --time, both
-         variants also run, interleaved --repeats times, and learner tokens/s
-         (B·T / step seconds, median) are printed with the load average.
+         unchunked (loss_chunk_size None) and in chunks of --chunk_sizes command
+         positions (rl/token_stats.py), attention 'auto'; --before adds the code
+         before issue 12 (eager attention, unchunked loss) as the baseline. With
+         --time, the variants also run, interleaved --repeats times, and learner
+         tokens/s (B·T / step seconds, median) are printed with the load average.
 
 Rows print temp bytes and growth over the shortest prompt divided by ΔT·V·4 bytes
 (one float32 [ΔT, V] array): ~0 means no prompt × vocabulary term, >= 1 means at
@@ -37,7 +38,7 @@ Usage:
       [--step] [--time] [--out=FILE.json]
 The issue-12 figure (8 rows, 1,024 tokens, 256 command tokens, exact KL):
   .venv/bin/python experiments/benchmarks/bench_loss_memory.py --step --time \\
-      --lengths=1024 --out=loss_memory.json
+      --before --skip_head --lengths=1024 --out=loss_memory.json
 """
 from __future__ import annotations
 
@@ -140,19 +141,24 @@ def step_figures(cfg, args, chunks):
   out = {'batch': b, 'length': t, 'command_tokens': l, 'rows': {}}
   print(f'\n== learner step rl_learner.grpo_step: tiny trunk, V={cfg.vocab_size}, '
         f'B={b}, T={t}, L={l} ==')
-  print(f'{"estimator":>9} {"chunk":>6} {"temp GiB":>9}')
+  print(f'{"estimator":>9} {"chunk":>6} {"attention":>10} {"temp GiB":>9}')
   steps = {}
+  variants = [(chunk, 'auto') for chunk in chunks]
+  if args.before:  # the code before issue 12: eager attention, unchunked loss
+    variants.insert(0, (None, 'eager'))
   for est in args.estimators.split(','):
-    for chunk in chunks:
-      fn = jax.jit(lambda p, r, x, est=est, chunk=chunk: rl_learner.grpo_step(
-          p, r, x, model_config=cfg, clip_epsilon=0.2, kl_beta=0.1, kl_estimator=est,
+    for chunk, attn in variants:
+      c = cfg.replace(attn_implementation=attn)
+      fn = jax.jit(lambda p, r, x, est=est, chunk=chunk, c=c: rl_learner.grpo_step(
+          p, r, x, model_config=c, clip_epsilon=0.2, kl_beta=0.1, kl_estimator=est,
           temperature=0.7, old_from_learner=True, loss_chunk_size=chunk))
       compiled = fn.lower(params, params, specs).compile()
       temp = int(compiled.memory_analysis().temp_size_in_bytes)
-      name = f'{est}/{chunk if chunk else "unchunked"}'
-      out['rows'][name] = {'estimator': est, 'chunk': chunk, 'temp_bytes': temp,
-                           'temp_gib': temp / GIB}
-      print(f'{est:>9} {str(chunk):>6} {temp / GIB:>9.3f}')
+      name = f'{est}/{chunk if chunk else "unchunked"}' + ('/eager' if attn == 'eager'
+                                                          else '')
+      out['rows'][name] = {'estimator': est, 'chunk': chunk, 'attention': attn,
+                           'temp_bytes': temp, 'temp_gib': temp / GIB}
+      print(f'{est:>9} {str(chunk):>6} {attn:>10} {temp / GIB:>9.3f}')
       steps[name] = compiled
   if args.time:
     real = qwen.init_params(cfg, jax.random.PRNGKey(0))
@@ -175,11 +181,12 @@ def step_figures(cfg, args, chunks):
       out['rows'][name].update(seconds=sec, tokens_per_s=b * t / sec)
       print(f'  {name:>16}: {sec:7.3f} s/step  {b * t / sec:9.1f} tokens/s')
     for est in args.estimators.split(','):
-      base = out['rows'].get(f'{est}/unchunked')
+      base_name = f'{est}/unchunked/eager' if args.before else f'{est}/unchunked'
+      base = out['rows'].get(base_name)
       for name, row in out['rows'].items():
-        if base and row['estimator'] == est and row['chunk']:
-          row['speed_vs_unchunked'] = row['tokens_per_s'] / base['tokens_per_s']
-          print(f'  ratio {name} / {est}/unchunked: {row["speed_vs_unchunked"]:.2f}x')
+        if base and row['estimator'] == est and name != base_name:
+          row['speed_vs_baseline'] = row['tokens_per_s'] / base['tokens_per_s']
+          print(f'  ratio {name} / {base_name}: {row["speed_vs_baseline"]:.2f}x')
     out['load_average'] = [min(loads), max(loads)]
   return out
 
@@ -214,6 +221,9 @@ def main(argv=None):
                   help='comma-separated loss_chunk_size values compared to None')
   ap.add_argument('--estimators', default='exact,k3')
   ap.add_argument('--time', action='store_true', help='with --step: run and time it')
+  ap.add_argument('--before', action='store_true',
+                  help='with --step: add the pre-issue-12 step (eager attention, '
+                       'unchunked loss) as the baseline of the ratios')
   ap.add_argument('--repeats', type=int, default=3)
   ap.add_argument('--skip_head', action='store_true', help='skip the head comparison')
   bench_common.add_out_flag(ap)
