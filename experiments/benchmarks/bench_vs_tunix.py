@@ -385,13 +385,21 @@ def main(argv=None):
           'or pass --tunix_python=/path/to/python', file=sys.stderr)
     return 2
   passthrough = [a for a in argv if not a.startswith(('--out', '--rounds',
-                                                      '--tunix_python'))]
+                                                      '--tunix_python', '--skip'))]
+  parts = [p for p in ('learner', 'decode') if p not in args.skip]
   runs = {'ours': [], 'tunix': []}
   for rnd in range(args.rounds):
     for lib in (('ours', 'tunix') if rnd % 2 == 0 else ('tunix', 'ours')):
-      print(f'--- round {rnd + 1}: {lib} (load average {os.getloadavg()[0]:.1f})',
-            flush=True)
-      runs[lib].append(_child(args, lib, passthrough))
+      # One process per library and part, so a part's memory is gone before the next.
+      merged = {}
+      for part in parts:
+        print(f'--- round {rnd + 1}: {lib} {part} (load average '
+              f'{os.getloadavg()[0]:.1f})', flush=True)
+        skip = ','.join(p for p in ('learner', 'decode') if p != part)
+        res = _child(args, lib, passthrough + [f'--skip={skip}'])
+        loads = merged.get('load_averages', []) + [res.pop('load_average_at_start')]
+        merged.update(res, load_averages=loads)
+      runs[lib].append(merged)
 
   b, t = args.learner_batch, args.prompt_len + args.completion_len
   print(f'\nvermem_jax vs Tunix {runs["tunix"][0].get("tunix")} (jax '
@@ -400,7 +408,7 @@ def main(argv=None):
         f'layers={args.num_layers} heads={args.num_heads}/{args.num_kv_heads} '
         f'head_dim={args.head_dim}, bf16 compute, {args.threads} CPU threads; median '
         f'of {args.rounds} alternating rounds x {args.repeats} repeats; load averages '
-        f'{[round(r["load_average_at_start"], 1) for v in runs.values() for r in v]}')
+        f'{[round(x, 1) for v in runs.values() for r in v for x in r["load_averages"]]}')
   report = {'args': vars(args), 'runs': runs, 'summary': {}}
   if 'learner' not in args.skip:
     print(f'\n(a) GRPO learner step, B={b} rows x T={t} tokens (prompt <= '
