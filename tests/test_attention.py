@@ -207,3 +207,41 @@ def test_resolve_implementation_per_backend():
     SMALL.replace(attn_implementation='flash_attention_2')
   with pytest.raises(ValueError, match='attn_block_q'):
     SMALL.replace(attn_block_q=0)
+
+
+_PALLAS_MESH_SCRIPT = '''
+import json
+import jax, jax.numpy as jnp, numpy as np
+from jax.experimental.pallas import tpu as pltpu
+from jax.sharding import NamedSharding, PartitionSpec as P
+from vermem_jax.models import qwen, sharding
+cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=16, max_position_embeddings=512)
+params = qwen.init_params(cfg, jax.random.PRNGKey(0))
+rs = np.random.RandomState(0)
+ids = jnp.asarray(rs.randint(0, 256, (2, 100)), jnp.int32)
+mask = jnp.ones((2, 100), jnp.int32).at[1, :30].set(0)
+def loss_of(c):
+  def loss(p, x, m):
+    logits = qwen.Qwen(c).apply({'params': p}, x, attention_mask=m)
+    return jnp.sum(jnp.where(m[..., None] > 0, logits, 0.0) ** 2) * 1e-3
+  return jax.jit(jax.value_and_grad(loss))
+ref_loss, ref_grad = loss_of(cfg.replace(attn_implementation='eager'))(params, ids, mask)
+mesh = sharding.make_mesh(1, 2, 4)
+rows = NamedSharding(mesh, P(('data', 'fsdp')))
+with pltpu.force_tpu_interpret_mode(), sharding.use_sharding(mesh):
+  loss, grad = loss_of(cfg.replace(attn_implementation='pallas', attn_block_q=128))(
+      sharding.shard_params(params, mesh), jax.device_put(ids, rows),
+      jax.device_put(mask, rows))
+diff = max([abs(float(loss) - float(ref_loss))] + [
+    float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+    for a, b in zip(jax.tree.leaves(grad), jax.tree.leaves(ref_grad))])
+print('RESULT', json.dumps({'diff': diff}))
+'''
+
+
+def test_pallas_kernel_under_a_mesh_matches_eager():
+  # shard_map over the batch (fsdp=2) and heads (tensor=4), TPU interpret mode.
+  import multidevice  # pylint: disable=g-import-not-at-top
+  assert multidevice.run_on_8_devices(_PALLAS_MESH_SCRIPT)['diff'] <= 1e-5
