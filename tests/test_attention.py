@@ -202,6 +202,7 @@ def test_resolve_implementation_per_backend():
   assert resolve(auto, True, 'tpu') == 'blockwise'  # no cache support in the kernel
   assert resolve(auto, False, 'gpu') == 'blockwise'  # float32: cuDNN needs bf16/f16
   assert resolve(auto.replace(dtype='bfloat16'), False, 'gpu') == 'sdpa'
+  assert resolve(auto.replace(dtype='bfloat16'), True, 'gpu', queries=1) == 'blockwise'
   assert resolve(SMALL.replace(attn_implementation='eager'), True, 'tpu') == 'eager'
   with pytest.raises(ValueError, match='attn_implementation'):
     SMALL.replace(attn_implementation='flash_attention_2')

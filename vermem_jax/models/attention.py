@@ -7,11 +7,15 @@ slots at or before its own, which is the causal rule both without a cache, where
 slot = position in the row, and with one, where slot = cache index + t). Each kernel
 builds what it needs from these, so memory never has to hold a [T, S] matrix.
 
-Kernels (`QwenConfig.attn_implementation`; `resolve_implementation` applies 'auto'):
+Kernels (`QwenConfig.attn_implementation`; `resolve_implementation` applies 'auto':
+Pallas on TPU, sdpa on GPU in bf16/f16 for T > 1 new tokens, blockwise otherwise):
   eager      scores [B, N, T, S] in float32, masked, softmax, times V: the reference.
   sdpa       `jax.nn.dot_product_attention` with a boolean mask; cuDNN's fused flash
-             kernel on GPU for bf16/f16 compute, JAX's XLA composition elsewhere (which
-             materializes scores like eager).
+             kernel on GPU for bf16/f16 compute (a shape cuDNN refuses falls back to
+             blockwise, with a warning), JAX's XLA composition elsewhere (which
+             materializes scores like eager). The mask reaches cuDNN as a [B, 1, T, S]
+             bias in the compute dtype (JAX's cuDNN binding has no per-row offset
+             padding), so its memory is B·T·S·2 bytes per call, not per head.
   blockwise  queries in blocks of attn_block_q, keys in blocks of attn_block_kv,
              online softmax (running max and sum per query row) in float32, and a
              custom VJP that saves only the output and the row log-sum-exp and
@@ -36,6 +40,7 @@ from __future__ import annotations
 import functools
 from typing import NamedTuple
 
+from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -71,13 +76,15 @@ class AttentionMask(NamedTuple):
 
 
 def resolve_implementation(config: QwenConfig, cached: bool,
-                           backend: str | None = None) -> str:
+                           backend: str | None = None, queries: int = 2) -> str:
   """The kernel used for `config.attn_implementation` (module docstring).
 
   Args:
     config: the model config.
     cached: the call reads/writes a KV cache (the Pallas kernel cannot).
     backend: 'cpu' | 'gpu' | 'tpu'; default `jax.default_backend()`.
+    queries: T, the new tokens of the call: 'auto' decodes single tokens with the
+      blockwise kernel (then one small eager block) rather than cuDNN.
   Returns:
     'eager' | 'sdpa' | 'blockwise' | 'pallas'.
   """
@@ -86,7 +93,8 @@ def resolve_implementation(config: QwenConfig, cached: bool,
   if impl == 'auto':
     if backend == 'tpu':
       impl = 'pallas'
-    elif backend in ('gpu', 'cuda', 'rocm') and config.dtype in ('bfloat16', 'float16'):
+    elif (backend in ('gpu', 'cuda', 'rocm') and queries > 1
+          and config.dtype in ('bfloat16', 'float16')):
       impl = 'sdpa'
     else:
       impl = 'blockwise'
@@ -122,9 +130,18 @@ def sdpa_attention(q: Array, k: Array, v: Array, mask: AttentionMask,
   b, t, kvh, g, hd = q.shape
   on_gpu = jax.default_backend() in ('gpu', 'cuda', 'rocm')
   implementation = 'cudnn' if on_gpu and q.dtype in (jnp.bfloat16, jnp.float16) else None
-  out = jax.nn.dot_product_attention(
-      q.reshape(b, t, kvh * g, hd), k, v, mask=mask.dense()[:, None],
-      scale=scale, implementation=implementation)
+  call = functools.partial(jax.nn.dot_product_attention,
+                           q.reshape(b, t, kvh * g, hd), k, v,
+                           mask=mask.dense()[:, None], scale=scale)
+  try:
+    out = call(implementation=implementation)
+  except (ValueError, NotImplementedError, RuntimeError) as e:
+    if implementation is None:
+      raise
+    # A shape or head size cuDNN does not support: the memory-efficient XLA kernel.
+    logging.warning('cuDNN attention unavailable for q %s, k %s (%s); using the '
+                    'blockwise kernel', q.shape, k.shape, e)
+    return blockwise_attention(q, k, v, mask, scale)
   return out.reshape(b, t, kvh, g, hd).astype(q.dtype)
 
 
@@ -349,7 +366,7 @@ def attend(q: Array, k: Array, v: Array, mask: AttentionMask, *, config: QwenCon
   kvh = k.shape[2]
   qg = q.reshape(b, t, kvh, n // kvh, hd)
   scale = hd ** -0.5
-  impl = resolve_implementation(config, cached)
+  impl = resolve_implementation(config, cached, queries=t)
   if impl == 'eager':
     out = eager_attention(qg, k, v, mask, scale)
   elif impl == 'sdpa':
