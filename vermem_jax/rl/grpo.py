@@ -28,6 +28,13 @@ commands of a row; the batcher may use per-row or global per-update ids. Decisio
 segments are therefore counted with a segment_sum over at most B·L (+1 for masked)
 segments, a static bound, so the loss jit-compiles once per [B, L] bucket.
 
+Memory: the model steps (grpo_loss_and_grads, sft_loss_and_grads, policy_logprobs,
+and train/rl_learner.grpo_step) never form [B, L, V] logits: `command_token_stats`
+projects the gathered hidden states onto the vocabulary in chunks of `loss_chunk_size`
+command positions (rl/token_stats.py) and the losses read per-token statistics
+(`grpo_loss_from_token_stats`, `command_nll_from_token_stats`); the `*_from_logits`
+functions are the same losses on full logits (the reference definitions).
+
 Deferred normalization (as Tunix/MaxText do for gradient accumulation): the loss returns
 the SUM over decisions of each decision's token-mean loss and the NUMBER of decisions;
 micro-batches and devices add both and divide once per update, so any split of an update
@@ -161,7 +168,7 @@ def finalize_metrics(metrics: Mapping) -> dict[str, float]:
   return out
 
 
-_compute_dtype = token_stats._compute_dtype  # pylint: disable=protected-access
+_compute_dtype = token_stats.compute_dtype
 
 
 def _check_loss_args(shape, batch, temperature, kl_estimator=None):

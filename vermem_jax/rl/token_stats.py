@@ -36,14 +36,14 @@ Stats = dict  # name -> [B, L] array
 KL_ESTIMATORS = ('exact', 'k3')
 
 
-def _compute_dtype(x) -> jnp.dtype:
+def compute_dtype(x) -> jnp.dtype:
   """float32, or float64 when x is float64 (x64 tests); bf16/f16 are upcast."""
   return jnp.promote_types(x.dtype, jnp.float32)
 
 
 def _row_stats(logits, ref_logits, targets, *, temperature, kl, entropy, correct):
   """The statistics of `names` for logits [..., V] and targets [...] (module doc)."""
-  dt = _compute_dtype(logits)
+  dt = compute_dtype(logits)
   logp_all = jax.nn.log_softmax(logits.astype(dt) / temperature, axis=-1)
   take = lambda lp: jnp.take_along_axis(lp, targets[..., None], axis=-1)[..., 0]
   out = {'logp': take(logp_all)}
