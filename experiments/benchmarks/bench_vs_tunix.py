@@ -104,6 +104,18 @@ def _inputs(args, np):
   return prompts, completions, advantages, decode
 
 
+def _available_memory() -> int:
+  """MemAvailable of /proc/meminfo in bytes (a large number where unreadable)."""
+  try:
+    with open('/proc/meminfo') as f:
+      for line in f:
+        if line.startswith('MemAvailable:'):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return 1 << 50
+
+
 def _memory_batches(args):
   return [int(x) for x in args.memory_batches.split(',') if x]
 
@@ -314,8 +326,29 @@ def run_tunix(args) -> dict:
         sampler_lib.CacheConfig(cache_size=args.decode_prompt_len + args.new_tokens,
                                 num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
                                 head_dim=mc.head_dim))
+    sampler.eos_ids = jnp.array([eos])  # what __call__ sets before its prefill
     for nb, rows in decode.items():
       texts = [' '.join(map(str, r)) for r in rows]
+      # Compile the prefill alone first: Tunix's Qwen2 returns logits for every prompt
+      # position there ([B, P, V] float32), which may not fit this machine.
+      ids = np.zeros((nb, args.decode_prompt_len), np.int32)
+      for i, r in enumerate(rows):
+        ids[i, args.decode_prompt_len - len(r):] = r
+      state = sampler.init_sample_state(
+          jnp.asarray(ids), total_sampling_steps=args.decode_prompt_len + args.new_tokens,
+          include_logits=False, forbidden_token_ids=None, temperature=0.0, top_p=None,
+          top_k=None, seed=jax.random.PRNGKey(0), beam_size=None)
+      prefill_temp = int(sampler._compiled_prefill_fn.lower(  # pylint: disable=protected-access
+          sampler._flattened_transformer_state, state, None,  # pylint: disable=protected-access
+          echo=False).compile().memory_analysis().temp_size_in_bytes)
+      available = _available_memory()
+      if prefill_temp > 0.8 * available:
+        out['decode'][str(nb)] = {'skipped': True, 'prefill_temp_bytes': prefill_temp,
+                                  'available_bytes': available}
+        print(f'[tunix] decode batch {nb}: not run, its prefill needs '
+              f'{prefill_temp / GIB:.1f} GiB of temporaries and {available / GIB:.1f} '
+              'GiB are available', flush=True)
+        continue
 
       def gen(texts=texts):
         res = sampler(texts, max_generation_steps=args.new_tokens,
@@ -324,7 +357,8 @@ def run_tunix(args) -> dict:
         assert all(len(t) == args.new_tokens for t in res.tokens)
       first, sec = bench_common.time_median(gen, args.repeats)
       out['decode'][str(nb)] = {'seconds': sec, 'tokens_per_s': nb * args.new_tokens / sec,
-                                'first_call_s': first, 'load_average': os.getloadavg()[0]}
+                                'first_call_s': first, 'load_average': os.getloadavg()[0],
+                                'prefill_temp_bytes': prefill_temp}
       print(f'[tunix] decode batch {nb}: {nb * args.new_tokens / sec:.1f} tok/s',
             flush=True)
   return out
@@ -347,9 +381,11 @@ def _child(args, library, argv):
   load = os.getloadavg()[0]
   proc = subprocess.run(cmd, env=env, text=True, capture_output=True)
   sys.stdout.write(proc.stdout)
-  if proc.returncode != 0:
-    sys.stderr.write(proc.stderr[-6000:])
-    raise SystemExit(f'{library} run failed (exit {proc.returncode})')
+  if proc.returncode != 0:  # e.g. killed for memory: recorded, the others go on
+    sys.stderr.write(proc.stderr[-3000:])
+    print(f'[{library}] run failed (exit {proc.returncode})', flush=True)
+    os.unlink(path)
+    return {'failed': proc.returncode, 'load_average_at_start': load}
   with open(path) as f:
     res = json.load(f)
   os.unlink(path)
@@ -366,6 +402,14 @@ def _median(runs, *keys):
     if x is not None:
       vals.append(x)
   return statistics.median(vals) if vals else None
+
+
+def _ratio(a, b):
+  return None if a is None or not b else a / b
+
+
+def _fmt(x):
+  return '    n/a' if x is None else f'{x:7.2f}' if x < 100 else f'{x:7.1f}'
 
 
 def main(argv=None):
@@ -398,12 +442,14 @@ def main(argv=None):
         skip = ','.join(p for p in ('learner', 'decode') if p != part)
         res = _child(args, lib, passthrough + [f'--skip={skip}'])
         loads = merged.get('load_averages', []) + [res.pop('load_average_at_start')]
+        if 'failed' in res:
+          res = {f'{part}_failed': res['failed']}
         merged.update(res, load_averages=loads)
       runs[lib].append(merged)
 
   b, t = args.learner_batch, args.prompt_len + args.completion_len
   print(f'\nvermem_jax vs Tunix {runs["tunix"][0].get("tunix")} (jax '
-        f'{runs["tunix"][0]["jax"]} / {runs["ours"][0]["jax"]}), Qwen2 architecture '
+        f'{runs["tunix"][0].get("jax")} / {runs["ours"][0].get("jax")}), Qwen2 architecture '
         f'V={args.vocab_size} D={args.hidden_size} I={args.intermediate_size} '
         f'layers={args.num_layers} heads={args.num_heads}/{args.num_kv_heads} '
         f'head_dim={args.head_dim}, bf16 compute, {args.threads} CPU threads; median '
@@ -419,19 +465,20 @@ def main(argv=None):
     for name, lib, est in rows:
       tps = _median(runs[lib], 'learner', est, 'tokens_per_s')
       temp = _median(runs[lib], 'learner', est, 'temp_bytes')
-      summary[name] = {'tokens_per_s': tps, 'temp_gib': temp / GIB}
-      print(f'  {name:14s} {tps:9.1f} tokens/s   temp {temp / GIB:7.3f} GiB')
+      summary[name] = {'tokens_per_s': tps, 'temp_gib': temp and temp / GIB}
+      print(f'  {name:14s} {_fmt(tps)} tokens/s   temp {_fmt(temp and temp / GIB)} GiB')
     for name in ('ours k3', 'ours exact KL'):
-      ratio = summary[name]['tokens_per_s'] / summary['tunix k3']['tokens_per_s']
-      mem = summary[name]['temp_gib'] / summary['tunix k3']['temp_gib']
+      ratio = _ratio(summary[name]['tokens_per_s'], summary['tunix k3']['tokens_per_s'])
+      mem = _ratio(summary[name]['temp_gib'], summary['tunix k3']['temp_gib'])
       summary[f'ratio {name} / tunix k3'] = {'speed': ratio, 'temp_memory': mem}
-      print(f'  (c) {name} / tunix k3: {ratio:.2f}x tokens/s, {mem:.2f}x temp memory')
+      print(f'  (c) {name} / tunix k3: {_fmt(ratio)}x tokens/s, {_fmt(mem)}x temp memory')
     for mb in _memory_batches(args):
       mem = {name: _median(runs[lib], 'learner', f'{est}@B={mb}', 'temp_bytes')
              for name, lib, est in rows}
-      summary[f'temp GiB at B={mb} (compiled only)'] = {k: v / GIB for k, v in mem.items()}
+      summary[f'temp GiB at B={mb} (compiled only)'] = {
+          k: v and v / GIB for k, v in mem.items()}
       print(f'  compiled only, B={mb} x T={t}: temp ' + ', '.join(
-          f'{k} {v / GIB:.2f} GiB' for k, v in mem.items()))
+          f'{k} {_fmt(v and v / GIB)} GiB' for k, v in mem.items()))
     report['summary']['learner'] = summary
   if 'decode' not in args.skip:
     print(f'\n(b) greedy decode, KV cache, prompts <= {args.decode_prompt_len} tokens, '
@@ -441,9 +488,15 @@ def main(argv=None):
       ours = _median(runs['ours'], 'decode', nb, 'tokens_per_s')
       theirs = _median(runs['tunix'], 'decode', nb, 'tokens_per_s')
       summary[nb] = {'ours_tokens_per_s': ours, 'tunix_tokens_per_s': theirs,
-                     'ratio': ours / theirs}
-      print(f'  batch {nb:>3}: ours {ours:8.1f} tok/s   tunix {theirs:8.1f} tok/s   '
-            f'(c) ratio {ours / theirs:.2f}x')
+                     'ratio': _ratio(ours, theirs)}
+      note = ''
+      need = _median(runs['tunix'], 'decode', nb, 'prefill_temp_bytes')
+      if theirs is None and need:
+        note = (f'  (Tunix not run: its prefill needs {need / GIB:.1f} GiB of '
+                'temporaries, [B, P, V] float32 logits of every prompt position)')
+        summary[nb]['tunix_prefill_temp_gib'] = need / GIB
+      print(f'  batch {nb:>3}: ours {_fmt(ours)} tok/s   tunix {_fmt(theirs)} tok/s   '
+            f'(c) ratio {_fmt(_ratio(ours, theirs))}x{note}')
     report['summary']['decode'] = summary
   print('\nGoals: learner >= 1.3x Tunix tokens/s with the same estimator (k3); decode '
         '>= 1.0x at both batch sizes.')
