@@ -51,16 +51,21 @@ def write_figures(path, figures):
   print(f'figures written to {path}')
 
 
-def time_median(fn, repeats):
-  """(seconds of a first, warm-up call, median seconds of `repeats` more) of a blocking
-  callable."""
+def time_median(fn, repeats, cpu=False):
+  """(seconds of a first, warm-up call, median wall seconds of `repeats` more calls)
+  of a blocking callable; with cpu=True also the median CPU seconds of this process
+  per call (all its threads: the work done, which a machine shared with other jobs
+  inflates much less than wall time)."""
   import statistics  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
   fn()
   first = time.perf_counter() - t0
-  times = []
+  walls, cpus = [], []
   for _ in range(max(1, repeats)):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     fn()
-    times.append(time.perf_counter() - t0)
-  return first, statistics.median(times)
+    walls.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
+  if cpu:
+    return first, statistics.median(walls), statistics.median(cpus)
+  return first, statistics.median(walls)

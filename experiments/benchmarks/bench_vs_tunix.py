@@ -22,9 +22,12 @@ together:
 Both run the same architecture config (Qwen2: q/k/v bias, GQA, tied embeddings, vocab
 151,936), bf16 compute with float32 parameters, random weights (speed only), the same
 CPU set (`--threads`). Each child warms up (compilation excluded), then times
-`--repeats` runs and reports the median; the parent alternates the two libraries for
-`--rounds` rounds and reports the median over rounds, with the load average of every
-child run (the CPU may be shared).
+`--repeats` runs and reports the median wall and CPU seconds (process time of all its
+threads: the work done, which other jobs on a shared machine inflate far less than
+wall time; figures per CPU-second are the steadier comparison there); the parent
+alternates the two libraries for `--rounds` rounds, one process per library and part,
+and reports the median over rounds with the load average of every child run. A
+decode batch whose Tunix prefill does not fit in memory is reported, not run.
 
 Tunix lives in its own virtual environment (google-tunix 0.1.7 pins jax < 0.11.1 and
 safetensors < 0.8, which clash with this project's environment):
@@ -64,8 +67,9 @@ def _parser():
   ap.add_argument('--num_heads', type=int, default=4)
   ap.add_argument('--num_kv_heads', type=int, default=2)
   ap.add_argument('--head_dim', type=int, default=64)
-  ap.add_argument('--learner_batch', type=int, default=4,
-                  help='B rows (Tunix needs ~14 GiB of temporaries at 8 x 1,024)')
+  ap.add_argument('--learner_batch', type=int, default=2,
+                  help='B rows (Tunix needs ~7 GiB of temporaries at 4 x 1,024 and '
+                       '~14 GiB at 8 x 1,024; the CPU machine is shared)')
   ap.add_argument('--memory_batches', default='8',
                   help='extra B values whose learner step is compiled (not run) for '
                        'its temp memory')
@@ -120,9 +124,16 @@ def _memory_batches(args):
   return [int(x) for x in args.memory_batches.split(',') if x]
 
 
-def _learner_row(b, t, sec, temp, first):
-  return {'seconds': sec, 'tokens_per_s': b * t / sec, 'temp_bytes': temp,
-          'first_call_s': first, 'load_average': os.getloadavg()[0]}
+def _learner_row(b, t, sec, cpu, temp, first):
+  return {'seconds': sec, 'tokens_per_s': b * t / sec, 'cpu_seconds': cpu,
+          'tokens_per_cpu_s': b * t / cpu, 'temp_bytes': temp, 'first_call_s': first,
+          'load_average': os.getloadavg()[0]}
+
+
+def _decode_row(nb, new_tokens, sec, cpu, first):
+  return {'seconds': sec, 'tokens_per_s': nb * new_tokens / sec, 'cpu_seconds': cpu,
+          'tokens_per_cpu_s': nb * new_tokens / cpu, 'first_call_s': first,
+          'load_average': os.getloadavg()[0]}
 
 
 def _pin(threads):
@@ -188,9 +199,9 @@ def run_ours(args) -> dict:
             .temp_size_in_bytes)}
       compiled = step.lower(params, ref_params, batch).compile()
       temp = int(compiled.memory_analysis().temp_size_in_bytes)
-      first, sec = bench_common.time_median(lambda: jax.block_until_ready(
-          compiled(params, ref_params, batch)), args.repeats)
-      out['learner'][est] = _learner_row(b, t, sec, temp, first)
+      first, sec, cpu = bench_common.time_median(lambda: jax.block_until_ready(
+          compiled(params, ref_params, batch)), args.repeats, cpu=True)
+      out['learner'][est] = _learner_row(b, t, sec, cpu, temp, first)
       print(f'[ours] learner {est}: {b * t / sec:.1f} tok/s, temp {temp / GIB:.3f} GiB',
             flush=True)
 
@@ -202,9 +213,8 @@ def run_ours(args) -> dict:
                                 temperature=0.0, stop_token_ids=(), pad_token_id=0,
                                 prompt_buckets=(args.decode_prompt_len,))
         jax.block_until_ready(res.tokens)
-      first, sec = bench_common.time_median(gen, args.repeats)
-      out['decode'][str(nb)] = {'seconds': sec, 'tokens_per_s': nb * args.new_tokens / sec,
-                                'first_call_s': first, 'load_average': os.getloadavg()[0]}
+      first, sec, cpu = bench_common.time_median(gen, args.repeats, cpu=True)
+      out['decode'][str(nb)] = _decode_row(nb, args.new_tokens, sec, cpu, first)
       print(f'[ours] decode batch {nb}: {nb * args.new_tokens / sec:.1f} tok/s', flush=True)
   return out
 
@@ -311,10 +321,10 @@ def run_tunix(args) -> dict:
             .temp_size_in_bytes)}
       compiled = jax.jit(step).lower(state, ref_state, example).compile()
       temp = int(compiled.memory_analysis().temp_size_in_bytes)
-      first, sec = bench_common.time_median(lambda: jax.block_until_ready(
-          compiled(state, ref_state, example)), args.repeats)
+      first, sec, cpu = bench_common.time_median(lambda: jax.block_until_ready(
+          compiled(state, ref_state, example)), args.repeats, cpu=True)
       t = p + c
-      out['learner']['k3'] = _learner_row(b, t, sec, temp, first)
+      out['learner']['k3'] = _learner_row(b, t, sec, cpu, temp, first)
       print(f'[tunix] learner k3: {b * t / sec:.1f} tok/s, temp {temp / GIB:.3f} GiB',
             flush=True)
 
@@ -355,10 +365,9 @@ def run_tunix(args) -> dict:
                       max_prompt_length=args.decode_prompt_len, temperature=0.0,
                       eos_tokens=[eos])
         assert all(len(t) == args.new_tokens for t in res.tokens)
-      first, sec = bench_common.time_median(gen, args.repeats)
-      out['decode'][str(nb)] = {'seconds': sec, 'tokens_per_s': nb * args.new_tokens / sec,
-                                'first_call_s': first, 'load_average': os.getloadavg()[0],
-                                'prefill_temp_bytes': prefill_temp}
+      first, sec, cpu = bench_common.time_median(gen, args.repeats, cpu=True)
+      out['decode'][str(nb)] = dict(_decode_row(nb, args.new_tokens, sec, cpu, first),
+                                    prefill_temp_bytes=prefill_temp)
       print(f'[tunix] decode batch {nb}: {nb * args.new_tokens / sec:.1f} tok/s',
             flush=True)
   return out
@@ -428,8 +437,10 @@ def main(argv=None):
           '  /work/venvs/tunix/bin/pip install google-tunix==0.1.7\n'
           'or pass --tunix_python=/path/to/python', file=sys.stderr)
     return 2
-  passthrough = [a for a in argv if not a.startswith(('--out', '--rounds',
-                                                      '--tunix_python', '--skip'))]
+  # Children get the parsed model/shape flags as --name=value (filtering argv would
+  # leave the value of a space-separated flag such as `--rounds 1` behind).
+  parent_only = ('out', 'rounds', 'tunix_python', 'skip', 'library', 'child_out')
+  passthrough = [f'--{k}={v}' for k, v in vars(args).items() if k not in parent_only]
   parts = [p for p in ('learner', 'decode') if p not in args.skip]
   runs = {'ours': [], 'tunix': []}
   for rnd in range(args.rounds):
@@ -464,14 +475,21 @@ def main(argv=None):
     summary = {}
     for name, lib, est in rows:
       tps = _median(runs[lib], 'learner', est, 'tokens_per_s')
+      cps = _median(runs[lib], 'learner', est, 'tokens_per_cpu_s')
       temp = _median(runs[lib], 'learner', est, 'temp_bytes')
-      summary[name] = {'tokens_per_s': tps, 'temp_gib': temp and temp / GIB}
-      print(f'  {name:14s} {_fmt(tps)} tokens/s   temp {_fmt(temp and temp / GIB)} GiB')
+      summary[name] = {'tokens_per_s': tps, 'tokens_per_cpu_s': cps,
+                       'temp_gib': temp and temp / GIB}
+      print(f'  {name:14s} {_fmt(tps)} tokens/s  {_fmt(cps)} tokens/CPU-s   temp '
+            f'{_fmt(temp and temp / GIB)} GiB')
     for name in ('ours k3', 'ours exact KL'):
       ratio = _ratio(summary[name]['tokens_per_s'], summary['tunix k3']['tokens_per_s'])
+      cpu_ratio = _ratio(summary[name]['tokens_per_cpu_s'],
+                         summary['tunix k3']['tokens_per_cpu_s'])
       mem = _ratio(summary[name]['temp_gib'], summary['tunix k3']['temp_gib'])
-      summary[f'ratio {name} / tunix k3'] = {'speed': ratio, 'temp_memory': mem}
-      print(f'  (c) {name} / tunix k3: {_fmt(ratio)}x tokens/s, {_fmt(mem)}x temp memory')
+      summary[f'ratio {name} / tunix k3'] = {'speed': ratio, 'speed_per_cpu_s': cpu_ratio,
+                                             'temp_memory': mem}
+      print(f'  (c) {name} / tunix k3: {_fmt(ratio)}x tokens/s, {_fmt(cpu_ratio)}x '
+            f'tokens/CPU-s, {_fmt(mem)}x temp memory')
     for mb in _memory_batches(args):
       mem = {name: _median(runs[lib], 'learner', f'{est}@B={mb}', 'temp_bytes')
              for name, lib, est in rows}
@@ -487,8 +505,13 @@ def main(argv=None):
     for nb in args.decode_batches.split(','):
       ours = _median(runs['ours'], 'decode', nb, 'tokens_per_s')
       theirs = _median(runs['tunix'], 'decode', nb, 'tokens_per_s')
+      ours_cpu = _median(runs['ours'], 'decode', nb, 'tokens_per_cpu_s')
+      theirs_cpu = _median(runs['tunix'], 'decode', nb, 'tokens_per_cpu_s')
       summary[nb] = {'ours_tokens_per_s': ours, 'tunix_tokens_per_s': theirs,
-                     'ratio': _ratio(ours, theirs)}
+                     'ratio': _ratio(ours, theirs),
+                     'ours_tokens_per_cpu_s': ours_cpu,
+                     'tunix_tokens_per_cpu_s': theirs_cpu,
+                     'ratio_per_cpu_s': _ratio(ours_cpu, theirs_cpu)}
       note = ''
       need = _median(runs['tunix'], 'decode', nb, 'prefill_temp_bytes')
       if theirs is None and need:
@@ -496,7 +519,8 @@ def main(argv=None):
                 'temporaries, [B, P, V] float32 logits of every prompt position)')
         summary[nb]['tunix_prefill_temp_gib'] = need / GIB
       print(f'  batch {nb:>3}: ours {_fmt(ours)} tok/s   tunix {_fmt(theirs)} tok/s   '
-            f'(c) ratio {_fmt(_ratio(ours, theirs))}x{note}')
+            f'(c) ratio {_fmt(_ratio(ours, theirs))}x; per CPU-second '
+            f'{_fmt(_ratio(ours_cpu, theirs_cpu))}x{note}')
     report['summary']['decode'] = summary
   print('\nGoals: learner >= 1.3x Tunix tokens/s with the same estimator (k3); decode '
         '>= 1.0x at both batch sizes.')
