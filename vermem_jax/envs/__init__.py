@@ -9,6 +9,9 @@ Modules:
                  episodes (over the two packages below).
   sft_data/      the balanced SFT set (templates, seven filters, teacher, builder).
   scenarios/     Phase A/B/C episode generators (s_0, schedules, delayed query).
+  interactive    InteractiveEnv / Benchmark: the interface of the interactive benchmarks
+                 (adapters in third_party/vermem_benchmarks, loaded by name).
+  action_solvers ActionPrompt, GoldPlanSolver: task solvers that act in those envs.
 
 The names below are re-exported for convenience; tfds_hotpotqa is imported only when
 the tfds source is used (TFDS import is slow).
