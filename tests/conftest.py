@@ -49,3 +49,39 @@ def random_sft_workdir(tmp_path_factory):
   with checkpoints.PhaseCheckpointManager(wd / "sft") as m:
     m.save(checkpoints.TrainState(step=3, params=params))
   return str(wd)
+
+
+def pytest_addoption(parser):
+  parser.addoption(
+      "--attn-implementation", default=None,
+      choices=("eager", "sdpa", "blockwise", "pallas"),
+      help="run every model call with this attention kernel (blockwise and pallas "
+           "with 8-token / 128-token blocks, pallas in TPU interpret mode), e.g. "
+           "`pytest tests/test_qwen.py tests/test_hf_io.py tests/test_sampling.py "
+           "--attn-implementation=blockwise`")
+
+
+@pytest.fixture(autouse=True)
+def _forced_attention_kernel(request, monkeypatch):
+  impl = request.config.getoption("--attn-implementation")
+  if impl is None:
+    yield
+    return
+  import contextlib  # pylint: disable=g-import-not-at-top
+  from vermem_jax.models import attention  # pylint: disable=g-import-not-at-top
+  original = attention.attend
+  block = 128 if impl == "pallas" else 8
+
+  def attend(q, k, v, mask, *, config, cached):
+    config = config.replace(attn_implementation=impl, attn_block_q=block,
+                            attn_block_kv=block)
+    return original(q, k, v, mask, config=config, cached=cached)
+
+  monkeypatch.setattr(attention, "attend", attend)
+  if impl == "pallas":
+    from jax.experimental.pallas import tpu as pltpu  # pylint: disable=g-import-not-at-top
+    ctx = pltpu.force_tpu_interpret_mode()
+  else:
+    ctx = contextlib.nullcontext()
+  with ctx:
+    yield

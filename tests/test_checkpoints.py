@@ -1,4 +1,5 @@
 """Tests for vermem_jax.train.checkpoints (Orbax phase checkpoints, fallback, best)."""
+import dataclasses
 import glob
 import logging
 import os
@@ -273,6 +274,7 @@ _KILL_SCRIPT = textwrap.dedent('''
     mgr = ck.PhaseCheckpointManager(d)
     big = lambda v: {'w': np.full((4096, 2048), v, np.float32)}  # 32 MiB
     mgr.save(ck.TrainState(step=1, params=big(1.0)))
+    mgr.wait_until_finished()  # step 1 committed; later saves run in the background
     print('saved 1', flush=True)
     for s in range(2, 1000):
       mgr.save(ck.TrainState(step=s, params=big(float(s))))
@@ -328,6 +330,26 @@ def test_other_model_gives_mismatch_hint_and_stray_entries_are_ignored(tmp_path)
   with pytest.raises(ck.CheckpointError) as err:
     ck.restore_params_only(str(d), {'w': jnp.zeros((3,))})
   assert 'another model' not in str(err.value)
+
+
+def test_async_save_returns_before_commit_and_reads_wait(tmp_path):
+  """Saving in the background: queries and restores wait for the commit."""
+  state = ck.TrainState(step=1, params={'w': np.arange(6.0).reshape(2, 3)},
+                                 running_stats={'Add': {'mean': 0.5}})
+  with ck.PhaseCheckpointManager(tmp_path / 'p', async_save=True) as mgr:
+    mgr.save(state)
+    assert mgr._pending == 1  # pylint: disable=protected-access
+    assert mgr.latest_step() == 1  # waited for it
+    assert mgr._pending is None  # pylint: disable=protected-access
+    mgr.save(dataclasses.replace(state, step=2, params={'w': np.ones((2, 3))}))
+    restored = mgr.restore()
+  assert restored.step == 2
+  np.testing.assert_array_equal(restored.params['w'], np.ones((2, 3)))
+  assert restored.running_stats == {'Add': {'mean': 0.5}}
+  with ck.PhaseCheckpointManager(tmp_path / 'p', async_save=False) as mgr:
+    assert mgr.all_steps() == [1, 2]
+    mgr.save(dataclasses.replace(state, step=3))
+    assert mgr._pending is None  # pylint: disable=protected-access
 
 
 def test_rl_selection_prefers_score_then_later_step(tmp_path):

@@ -84,35 +84,37 @@ def tiny_model():
 
 
 class CountingGenerate:
-  """Wraps models.generate, recording the batch size and prompt buckets of every call."""
+  """Wraps models.generate, recording the batch size, prompt buckets and prompts
+  prefilled (sampling.prefill_counts) of every call."""
 
   def __init__(self):
     self.batches = []
     self.prompt_buckets = []
+    self.prefilled = []
 
   def __call__(self, *args, **kwargs):
     self.batches.append(len(args[2]))
     self.prompt_buckets.append(kwargs.get("prompt_buckets"))
-    return sampling.generate(*args, **kwargs)
+    before = sampling.prefill_counts()["prefilled"]
+    out = sampling.generate(*args, **kwargs)
+    self.prefilled.append(sampling.prefill_counts()["prefilled"] - before)
+    return out
 
 
 def _collect(specs, policy, tok, oracle, *, seed=0, stats=None, budget=SMALL_BUDGET,
-             limit=SMALL_LIMIT):
+             limit=SMALL_LIMIT, rollouts_per_task=K):
   return rollout.collect_update(
       specs, policy, oracle, make_verifier({"backend": "heuristic"}),
       rng=jax.random.PRNGKey(seed), count_tokens=tok.count_tokens,
-      rollouts_per_task=K,
+      rollouts_per_task=rollouts_per_task,
       running_stats=stats if stats is not None else adv.RunningStats(),
       executor_config=ExecutorConfig(phase="B", context_budget=budget,
                                      policy_input_limit=limit),
       phase="phase_b", update=1)
 
 
-@pytest.fixture(scope="module")
-def sampled(pools, tok, oracle, tiny_model):
-  """A 2-task x 3-rollout Phase B update sampled at temperature 1, top-p 1."""
-  config, params = tiny_model
-  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
+def _counted_policy(config, params, tok, rows):
+  """A temperature-1, top-p-1 SamplerPolicy of `rows` rows over a CountingGenerate."""
   counter = CountingGenerate()
   policy = pol.SamplerPolicy(
       config, params, tok,
@@ -120,7 +122,16 @@ def sampled(pools, tok, oracle, tiny_model):
                                                max_command_tokens=CMD_TOKENS,
                                                prompt_overhead_tokens=OVERHEAD,
                                                prompt_buckets=PROMPT_BUCKETS),
-      batch_buckets=(len(specs) * K,), generate_fn=counter)
+      batch_buckets=(rows,), generate_fn=counter)
+  return policy, counter
+
+
+@pytest.fixture(scope="module")
+def sampled(pools, tok, oracle, tiny_model):
+  """A 2-task x 3-rollout Phase B update sampled at temperature 1, top-p 1."""
+  config, params = tiny_model
+  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
+  policy, counter = _counted_policy(config, params, tok, len(specs) * K)
   result = _collect(specs, policy, tok, oracle)
   return dict(specs=specs, policy=policy, result=result,
               generate_batches=list(counter.batches),
@@ -164,10 +175,23 @@ def test_one_generate_call_per_step(sampled):
   # Every call pads prompts to the configured bucket (x_t limit + template tokens),
   # not to the next power of two (1024 here).
   assert set(sampled["generate_prompt_buckets"]) == {PROMPT_BUCKETS}
-  assert ((len(res.trajectories), PROMPT_BUCKETS[0]), CMD_TOKENS, (8,), True) in (
-      sampling.trace_counts())
+  rows = len(res.trajectories)
+  assert any(shape[1] == PROMPT_BUCKETS[0] and tuple(rest) == (CMD_TOKENS, (8,), True)
+             and (shared == (rows,) or (shared is None and shape[0] == rows))
+             for shape, shared, *rest in sampling.trace_counts())
   longest = max(len(d.prompt_ids) for d in res.decisions)
   assert SMALL_LIMIT < longest <= PROMPT_BUCKETS[0]  # some prompt needed the overhead
+
+
+def test_first_decision_prefills_once_per_task(pools, tok, oracle, tiny_model):
+  """K = 8 rollouts of a task share x_0: its prompt is prefilled once, not 8 times."""
+  config, params = tiny_model
+  specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), SMALL_BUDGET)
+  rollouts = 8
+  policy, counter = _counted_policy(config, params, tok, len(specs) * rollouts)
+  _collect(specs, policy, tok, oracle, rollouts_per_task=rollouts)
+  assert counter.batches[0] == len(specs) * rollouts
+  assert counter.prefilled[0] == len(specs)  # one prefill per task
 
 
 def test_logprobs_match_full_forward(sampled, tiny_model):

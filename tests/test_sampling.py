@@ -217,7 +217,7 @@ def test_compiles_once_per_bucket(params):
   assert sampling.compile_count() == start + 2
   gen([prompt(33), prompt(5)], rng=4, temperature=1.1, top_p=0.5)  # bucket 64
   assert sampling.compile_count() == start + 3
-  assert sampling.trace_counts()[((2, 64), 3, (8,), True)] == 1
+  assert sampling.trace_counts()[((2, 64), None, 3, (8,), True)] == 1
   assert [sampling.prompt_bucket(n) for n in (1, 32, 33, 64, 65, 1000)] == [
       32, 32, 64, 64, 128, 1024]
 
@@ -248,8 +248,8 @@ def test_explicit_prompt_buckets_pick_padding_and_keep_outputs(params, prompts, 
                           temperature=0.0, top_p=1.0, stop_token_ids=(),
                           prompt_buckets=buckets)
   after = sampling.trace_counts()
-  assert after.get(((3, 24), N, (8,), False), 0) == before.get(
-      ((3, 24), N, (8,), False), 0) + 1
+  assert after.get(((3, 24), None, N, (8,), False), 0) == before.get(
+      ((3, 24), None, N, (8,), False), 0) + 1
   np.testing.assert_array_equal(np.asarray(out.tokens), np.asarray(greedy.tokens))
   np.testing.assert_allclose(np.asarray(out.logprobs), np.asarray(greedy.logprobs),
                              rtol=1e-5, atol=1e-5)
@@ -261,7 +261,7 @@ def test_explicit_prompt_buckets_pick_padding_and_keep_outputs(params, prompts, 
             stop_token_ids=())
   default = sampling.generate(CFG, params, long_prompts, **kw)
   explicit = sampling.generate(CFG, params, long_prompts, prompt_buckets=buckets, **kw)
-  assert sampling.trace_counts().get(((3, 40), N, (8,), True), 0) >= 1
+  assert sampling.trace_counts().get(((3, 40), None, N, (8,), True), 0) >= 1
   np.testing.assert_array_equal(np.asarray(explicit.tokens), np.asarray(default.tokens))
   np.testing.assert_allclose(np.asarray(explicit.logprobs),
                              np.asarray(default.logprobs), rtol=1e-5, atol=1e-5)
@@ -280,3 +280,32 @@ def test_prompt_buckets_errors(buckets, length, match):
   with pytest.raises(ValueError, match=match):
     sampling.generate(CFG, {}, [[1] * length], rng=0, max_new_tokens=4,
                       prompt_buckets=buckets)
+
+
+@pytest.mark.parametrize('temperature', [0.0, 0.9])
+def test_shared_prefill_same_tokens_as_unshared(params, prompts, temperature):
+  # 8 rows, 3 distinct prompts in scattered order: one prefill per distinct prompt
+  # (4 prefill rows: the next power of two), then the same decode and random stream.
+  order = [0, 1, 0, 2, 2, 0, 1, 0]
+  rows = [prompts[i] for i in order]
+  kw = dict(rng=jax.random.PRNGKey(11), max_new_tokens=N, temperature=temperature,
+            top_p=0.9, stop_token_ids=(5,))
+  before, counts = dict(sampling.trace_counts()), [sampling.prefill_counts()]
+  shared = sampling.generate(CFG, params, rows, **kw)
+  counts.append(sampling.prefill_counts())
+  unshared = sampling.generate(CFG, params, rows, share_prefill=False, **kw)
+  counts.append(sampling.prefill_counts())
+  prefilled = [b['prefilled'] - a['prefilled'] for a, b in zip(counts, counts[1:])]
+  assert prefilled == [3, 8]
+  key = ((4, 32), (8,), N, (8,), temperature > 0)
+  assert sampling.trace_counts().get(key, 0) == before.get(key, 0) + 1
+  np.testing.assert_array_equal(np.asarray(shared.tokens), np.asarray(unshared.tokens))
+  np.testing.assert_array_equal(np.asarray(shared.lengths),
+                                np.asarray(unshared.lengths))
+  np.testing.assert_allclose(np.asarray(shared.logprobs), np.asarray(unshared.logprobs),
+                             rtol=1e-6, atol=1e-6)
+  # All distinct: nothing to share, the unshared program.
+  start = sampling.prefill_counts()
+  sampling.generate(CFG, params, prompts, **kw)
+  end = sampling.prefill_counts()
+  assert (end['rows'] - start['rows'], end['prefilled'] - start['prefilled']) == (3, 3)

@@ -35,6 +35,17 @@ _SCRIPT = textwrap.dedent("""
     gen = lambda p: sampling.generate(cfg, p, prompts, rng=0, max_new_tokens=5,
                                       temperature=0.0, top_p=1.0, stop_token_ids=())
     ref_gen = gen(params)
+    # The blockwise attention kernel with blocks smaller than the sequence, values and
+    # gradients under each mesh against the eager kernel on one device.
+    def loss_of(c):
+      def loss(p, x, m):
+        logits = qwen.Qwen(c).apply({'params': p}, x, attention_mask=m)
+        return jnp.sum(jnp.where(m[..., None] > 0, logits, 0.0) ** 2) * 1e-3
+      return jax.jit(jax.value_and_grad(loss))
+    blockwise = cfg.replace(attn_implementation='blockwise', attn_block_q=4,
+                            attn_block_kv=4)
+    ref_loss, ref_grad = loss_of(cfg.replace(attn_implementation='eager'))(
+        params, ids, mask)
 
     result = {}
     for shape in [(1, 2, 4), (2, 2, 2)]:
@@ -56,11 +67,17 @@ _SCRIPT = textwrap.dedent("""
       batch = NamedSharding(mesh, P(('data', 'fsdp')))
       with sharding.use_sharding(mesh):
         out = forward(sharded, jax.device_put(ids, batch), jax.device_put(mask, batch))
+        b_loss, b_grad = loss_of(blockwise)(sharded, jax.device_put(ids, batch),
+                                            jax.device_put(mask, batch))
       out = np.asarray(out)
+      blockwise_diff = max(abs(float(b_loss) - float(ref_loss)), max(
+          float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+          for a, b in zip(jax.tree.leaves(b_grad), jax.tree.leaves(ref_grad))))
       diff = float(np.max(np.abs(out[0] - ref[0])))
       diff = max(diff, float(np.max(np.abs(out[1, 5:] - ref[1, 5:]))),
                  float(np.max(np.abs(out[2:] - ref[2:]))))
-      entry = {'diff': diff, 'shard_shape': list(shard_rows),
+      entry = {'diff': diff, 'blockwise_diff': blockwise_diff,
+               'shard_shape': list(shard_rows),
                'specs': {k: [None if a is None else a for a in v]
                          for k, v in specs.items()}}
       if shape == (1, 2, 4):
@@ -87,6 +104,7 @@ def mesh_result():
 def test_fsdp2_tensor4_matches_single_device(mesh_result):
   r = mesh_result['1x2x4']
   assert r['diff'] <= 1e-5
+  assert r['blockwise_diff'] <= 1e-5
   assert r['specs']['embedding'] == ['tensor', 'fsdp']
   assert r['specs']['q_kernel'] == ['fsdp', 'tensor']
   assert r['specs']['down'] == ['tensor', 'fsdp']
@@ -99,6 +117,7 @@ def test_fsdp2_tensor4_matches_single_device(mesh_result):
 def test_data2_fsdp2_tensor2_matches_single_device(mesh_result):
   r = mesh_result['2x2x2']
   assert r['diff'] <= 1e-5
+  assert r['blockwise_diff'] <= 1e-5
   assert r['shard_shape'] == [256 // 2, 64 // 2]
 
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the data-layer benchmark scripts (bench_envs, bench_episodes).
+"""Helpers shared by the benchmark scripts (timing, flags, the --out JSON file).
 
 The scripts run as `python experiments/benchmarks/<name>.py`, so this folder is on
 sys.path and they import this module as `bench_common`.
@@ -27,3 +27,45 @@ def quiet_bm25s():
   # bm25s logs every index build at INFO, and importing TFDS lowers the root level,
   # which would bury the figures.
   logging.getLogger('bm25s').setLevel(logging.WARNING)
+
+
+def add_out_flag(parser):
+  """Adds `--out=FILE.json` (every benchmark writes its figures there when given)."""
+  parser.add_argument('--out', default=None,
+                      help='write the figures as JSON to this file')
+  return parser
+
+
+def write_figures(path, figures):
+  """Writes `figures` (JSON values) to `path` with the time, command line and load
+  average, so runs can be compared over time; no-op when path is None."""
+  if not path:
+    return
+  import json  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  record = {'figures': figures, 'argv': sys.argv,
+            'unix_time': time.time(), 'load_average': os.getloadavg()}
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(record, f, indent=2, default=float)
+  print(f'figures written to {path}')
+
+
+def time_median(fn, repeats, cpu=False):
+  """(seconds of a first, warm-up call, median wall seconds of `repeats` more calls)
+  of a blocking callable; with cpu=True also the median CPU seconds of this process
+  per call (all its threads: the work done, which a machine shared with other jobs
+  inflates much less than wall time)."""
+  import statistics  # pylint: disable=import-outside-toplevel
+  t0 = time.perf_counter()
+  fn()
+  first = time.perf_counter() - t0
+  walls, cpus = [], []
+  for _ in range(max(1, repeats)):
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    walls.append(time.perf_counter() - t0)
+    cpus.append(time.process_time() - c0)
+  if cpu:
+    return first, statistics.median(walls), statistics.median(cpus)
+  return first, statistics.median(walls)

@@ -8,7 +8,7 @@ parsed, executed and the next policy input g(s) rendered (limit 8,192 tokens).
 
 Usage:
   .venv/bin/python experiments/benchmarks/bench_memory.py [--decisions 20000]
-      [--tokenizer qwen2.5|none] [--question 0] [--reference]
+      [--tokenizer qwen2.5|none] [--question 0] [--reference] [--out=FILE.json]
 
 CPU seconds (time.process_time) are the figure to compare across machines: on a shared
 machine the wall-clock rate also counts time spent waiting for a core. Prints
@@ -26,6 +26,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
+
+import bench_common  # noqa: E402  (this folder is on sys.path)
 
 from vermem_jax import memory as mm  # noqa: E402
 from vermem_jax import paths  # noqa: E402
@@ -132,6 +134,7 @@ def main():
                  help='also run the uncached reference g(s) '
                       '(serialization.render_policy_input_reference) and print '
                       'the speedup of the cached path over it')
+  bench_common.add_out_flag(p)
   args = p.parse_args()
   with open(os.path.join(paths.hotpotqa_dir(), 'train_sample.json')) as f:
     example = json.load(f)[args.question]
@@ -149,11 +152,13 @@ def main():
     counters.append((f'{args.tokenizer}+splits_after_newline', declared,
                      max(1000, args.decisions // 4)))
   rates = {}
+  figures = {'decisions_per_cpu_s': rates}
   for label, counter, n in counters:
     rates[label] = bench(example, counter, n, label, serialization.render_policy_input)
     if args.reference:
       ref = bench(example, counter, max(200, n // 20), label + ' reference',
                   serialization.render_policy_input_reference)
+      figures[f'{label} reference decisions_per_cpu_s'] = ref
       print(f'{"":>28}  speedup over the uncached reference g(s): '
             f'{rates[label] / ref:.1f}x')
   if args.tokenizer != 'none':
@@ -163,6 +168,8 @@ def main():
         print(f'ratio whitespace / {label}: {ws / rate:.1f}x')
     print(f'speedup of declaring splits_after_newline: '
           f'{rates[f"{args.tokenizer}+splits_after_newline"] / rates[args.tokenizer]:.1f}x')
+
+  bench_common.write_figures(args.out, figures)
 
 
 if __name__ == '__main__':

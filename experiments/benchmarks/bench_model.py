@@ -18,15 +18,21 @@ timed round-robin `--repeats` times (so load from other processes hits all alike
 the median is reported. The PyTorch model is the vermem_jax model exported with
 `save_hf_checkpoint`, so both run identical weights.
 
+  * decode profile (--profile, default on): one decode step split into the transformer
+    body (layers with the KV cache) and the head (vocabulary projection + greedy pick)
+    for both frameworks, which shows what bounds decoding at this size.
+Goals, like for like (bfloat16 compute on both sides): train step >= 1.5x and decode
+>= 2x transformers eager at batch 64. --out writes every figure as JSON.
+
 Example (the command behind the README's figures):
-  .venv/bin/python experiments/benchmarks/bench_model.py --threads=2
+  .venv/bin/python experiments/benchmarks/bench_model.py --threads=2 --out=model.json
 Quick smoke run:
   .venv/bin/python experiments/benchmarks/bench_model.py --vocab_size=4096 \
       --repeats=1 --new_tokens=4 --train_seq=32
 """
 
 import copy
-import json
+import bench_common  # this folder is on sys.path
 import os
 import statistics
 import tempfile
@@ -59,7 +65,12 @@ _THREADS = flags.DEFINE_integer("threads", 2, "CPU cores for each framework.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed repetitions (median reported).")
 _TORCH_BF16 = flags.DEFINE_bool("torch_bf16", True, "Also time PyTorch in bfloat16.")
 _SKIP = flags.DEFINE_list("skip", [], "Parts to skip: train, decode.")
-_JSON = flags.DEFINE_string("json_out", None, "Optional path for the figures as JSON.")
+_OUT = flags.DEFINE_string("out", None, "Write the figures as JSON to this file.")
+_PROFILE = flags.DEFINE_bool(
+    "profile", True, "Also time one decode step split into the transformer body "
+    "(one token through the layers with the KV cache) and the head (vocabulary "
+    "projection + greedy pick), for both frameworks: what bounds decode.")
+_PROFILE_STEPS = flags.DEFINE_integer("profile_steps", 8, "Steps per profile timing.")
 
 
 def _limit_threads(n):
@@ -260,10 +271,90 @@ def main(argv):
         print(f"  greedy tokens equal to torch[float32]: {name} "
               f"{100 * np.mean(toks == ref):.0f}%")
 
-  print("\nGoals: train step >= 1.5x and decode >= 3x vs transformers eager.")
-  if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(results, f, indent=2)
+  if _PROFILE.value and "decode" not in _SKIP.value:
+    results["decode_profile"] = _decode_profile(configs, params, torch_models,
+                                                _DECODE_BATCH.value, _PROMPT_LEN.value)
+  print("\nGoals (like for like, bfloat16 compute on both sides): train step >= 1.5x "
+        "and decode >= 2x transformers eager at batch 64.")
+  bench_common.write_figures(_OUT.value, results)
+
+
+def _decode_profile(configs, params, torch_models, batch, prompt_len):
+  """Per-step decode time split into transformer body and vocabulary head + pick.
+
+  One prefilled KV cache per framework (prompt_len tokens, batch rows); then
+  `--profile_steps` steps of (a) the body alone: one token through every layer with
+  the cache, final norm included, no head; (b) the head alone: the vocabulary
+  projection of the last hidden state and the greedy pick (top-1). Medians of 3
+  rounds, interleaved.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import warnings  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
+  # transformers 5 renames past_key_values; the old name still works everywhere.
+  warnings.filterwarnings("ignore", message=".*past_key_values.*")
+  steps = _PROFILE_STEPS.value
+  rng = np.random.RandomState(1)
+  ids_np = rng.randint(1, params["embed_tokens"]["embedding"].shape[0],
+                       (batch, prompt_len))
+  fns = {}
+  for name, config in configs.items():
+    model = qwen.Qwen(config)
+    cache = qwen.init_cache(config, batch, prompt_len + steps + 1)
+    _, cache = jax.jit(lambda p, x, c: model.apply({"params": p}, x, cache=c))(
+        params, jnp.asarray(ids_np, jnp.int32), cache)
+    tok = jnp.zeros((batch, 1), jnp.int32)
+    body = jax.jit(lambda p, t, c, model=model: model.apply(
+        {"params": p}, t, cache=c, return_hidden=True))
+    head = jax.jit(lambda p, h, config=config: jax.lax.top_k(
+        qwen.lm_head_logits(config, p, h), 1)[1])
+    hidden, _ = body(params, tok, cache)
+    hidden = hidden[:, 0]
+
+    def run_body(body=body, cache=cache, tok=tok):
+      c = cache
+      for _ in range(steps):  # the cache grows like in decoding
+        h, c = body(params, tok, c)
+      jax.block_until_ready(h)
+
+    def run_head(head=head, hidden=hidden):
+      for _ in range(steps):
+        out = head(params, hidden)
+      jax.block_until_ready(out)
+    fns[f"{name} body"], fns[f"{name} head+pick"] = run_body, run_head
+  for name, tm in torch_models.items():
+    tm.eval()
+    with torch.no_grad():
+      out = tm.model(input_ids=torch.from_numpy(ids_np), use_cache=True)
+    past, last = out.past_key_values, out.last_hidden_state[:, -1:]
+    tok_t = torch.zeros((batch, 1), dtype=torch.long)
+
+    def run_body_t(tm=tm, past=past, tok_t=tok_t):
+      import copy as copy_lib  # pylint: disable=g-import-not-at-top
+      cache = copy_lib.deepcopy(past)
+      with torch.no_grad():
+        for _ in range(steps):
+          tm.model(input_ids=tok_t, past_key_values=cache, use_cache=True)
+
+    def run_head_t(tm=tm, last=last):
+      with torch.no_grad():
+        for _ in range(steps):
+          tm.lm_head(last).argmax(-1)
+    fns[f"{name} body"], fns[f"{name} head+pick"] = run_body_t, run_head_t
+  timed = _interleaved(fns, 3)
+  print(f"\ndecode profile: batch {batch}, cache of {prompt_len} tokens, ms per step "
+        "(body = layers with KV cache; head+pick = vocabulary projection + top-1)")
+  out = {}
+  for name, (_, med) in timed.items():
+    out[name] = 1e3 * med / steps
+  for fw in sorted({n.rsplit(" ", 1)[0] for n in out}):
+    body_ms, head_ms = out[f"{fw} body"], out[f"{fw} head+pick"]
+    print(f"  {fw:18s} body {body_ms:8.2f} ms   head+pick {head_ms:8.2f} ms   "
+          f"head share {100 * head_ms / (body_ms + head_ms):5.1f}%")
+  return out
 
 
 if __name__ == "__main__":

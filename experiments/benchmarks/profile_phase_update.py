@@ -1,7 +1,8 @@
 """Where the time of one Phase B update goes (CPU, tiny scale): prints figures only.
 
     python experiments/benchmarks/profile_phase_update.py [--updates=2]
-        [--workdir=DIR] [--set section.field=value ...]
+        [--workdir=DIR] [--set section.field=value ...] [--ab_share_prefill]
+        [--out=FILE.json]
 
 Builds the default tiny Phase B setup (`experiments/configs/phase_b.py`: tiny Qwen, the
 Qwen2.5 tokenizer, HotpotQA samples, heuristic verifier, oracle reader) with the same
@@ -19,10 +20,18 @@ last one is the steady-state figure. For each update it prints seconds and share
   rewards+advantages       Eq. 12-18 rewards, A^hier
   learner                  batching, loss + gradients (θ_old log-probs in the same
                            pass), optimizer step
+
+With --ab_share_prefill every update's rollouts are collected twice with the same rng,
+first with `sampling.share_prefill=False` then True (so load changes hit both alike),
+and the sampling seconds, prompts prefilled and sampled tokens of both are printed
+(identical tokens are checked); the learner runs on the second collection. --out
+writes every figure as JSON, with the load average at each update.
 """
 
 import argparse
 import ast
+import copy
+import dataclasses
 import os
 import sys
 import time
@@ -32,11 +41,13 @@ if _REPO not in sys.path:
   sys.path.insert(0, _REPO)
 
 from absl import logging  # noqa: E402
+import bench_common  # noqa: E402  (this folder is on sys.path)
 import jax  # noqa: E402
 
 from experiments.configs import common  # noqa: E402
 from experiments.configs.parts import validation  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.models import sampling  # noqa: E402
 from vermem_jax.rl import policy as policy_lib  # noqa: E402
 from vermem_jax.rl import rollout  # noqa: E402
 from vermem_jax.rl import task_selection  # noqa: E402
@@ -76,6 +87,9 @@ def main():
                       help='take the policy from <workdir>/phase_a (default: random init)')
   parser.add_argument('--set', action='append', default=[],
                       help='config override section.field=value (repeatable)')
+  parser.add_argument('--ab_share_prefill', action='store_true',
+                      help='collect each update with and without shared prefill')
+  bench_common.add_out_flag(parser)
   args = parser.parse_args()
   logging.set_verbosity(logging.WARNING)
 
@@ -112,21 +126,56 @@ def main():
         f'{os.cpu_count()} CPUs')
   print(f'setup (episodes, solver, verifier): {t_setup:.2f} s; running-stats init: '
         f'{t_stats:.2f} s\n')
+  unshared = policy_lib.SamplerPolicy(
+      mc, params, setup.tokenizer,
+      sampling_config=dataclasses.replace(setup.sampling_config, share_prefill=False),
+      batch_buckets=(setup.rollout_config.num_rollouts,))
   seed = int(config.seed)
-  for n in range(1, args.updates + 1):
-    policy.params = params
+  report = {'config': {'tasks_per_update': setup.rollout_config.tasks_per_update,
+                       'rollouts_per_task': setup.rollout_config.rollouts_per_task,
+                       'share_prefill': setup.sampling_config.share_prefill,
+                       'policy': source}, 'updates': []}
+
+  def collect(pol, n, stats):
+    pol.params = params
     ids = task_selection.select_tasks(len(setup.train_specs), n,
                                       setup.rollout_config.tasks_per_update, seed=seed)
+    before = sampling.prefill_counts()
     t0 = time.perf_counter()
-    result = rollout.collect_update(
-        [setup.train_specs[i] for i in ids], policy, setup.solver, setup.verifier,
+    res = rollout.collect_update(
+        [setup.train_specs[i] for i in ids], pol, setup.solver, setup.verifier,
         rng=task_selection.update_rng(seed, n),
         count_tokens=setup.tokenizer.count_tokens,
         rollouts_per_task=setup.rollout_config.rollouts_per_task,
-        running_stats=running, executor_config=setup.executor_config,
+        running_stats=stats,
+        executor_config=setup.executor_config,
         env_config=setup.env_config, advantage_config=setup.advantage_config,
         reward_config=setup.reward_config, phase='phase_b', update=n)
+    after = sampling.prefill_counts()
+    counts = {k: after[k] - before[k] for k in after}
+    return res, time.perf_counter() - t0, counts
+
+  for n in range(1, args.updates + 1):
+    entry = {'update': n, 'load_average': os.getloadavg()[0]}
+    if args.ab_share_prefill:
+      # A copy of the running statistics: the A run must not advance them.
+      base, base_s, base_counts = collect(unshared, n, copy.deepcopy(running))
+      entry['unshared'] = {'collect_s': base_s,
+                           'sampling_s': base.timings['sampling'],
+                           'sampling_share_of_collection': base.timings['sampling']
+                                                           / base_s, **base_counts}
+    t0 = time.perf_counter()
+    result, _, counts = collect(policy, n, running)
     t1 = time.perf_counter()
+    entry['shared' if args.ab_share_prefill else 'collection'] = {
+        'collect_s': t1 - t0, 'sampling_s': result.timings['sampling'],
+        'sampling_share_of_collection': result.timings['sampling'] / (t1 - t0),
+        **counts}
+    if args.ab_share_prefill:
+      same = [a.command_ids == b.command_ids
+              for a, b in zip(base.decisions, result.decisions)]
+      entry['same_commands'] = bool(len(base.decisions) == len(result.decisions)
+                                    and all(same))
     params, opt_state, learn = rl_learner.learner_update(
         params, ref_params, opt_state, result.decision_tokens(), model_config=mc,
         batching_config=setup.batching_config, loss=setup.loss, opt=setup.opt,
@@ -148,7 +197,20 @@ def main():
       print(f'  {name:28s} {sec:8.2f} {100 * sec / total:6.1f}%')
     for name, key in LEARNER_PARTS:
       print(f'  {name:28s} {learn[key]:8.2f} {100 * learn[key] / total:6.1f}%')
+    entry.update(total_s=total, stages={name: sec for name, sec in rows},
+                 learner_parts={name.strip(): learn[key] for name, key in LEARNER_PARTS})
+    if args.ab_share_prefill:
+      u, s = entry['unshared'], entry['shared']
+      print(f'  shared prefill A/B (same rng; load average {entry["load_average"]:.1f}):'
+            f' sampling {u["sampling_s"]:.2f} s -> {s["sampling_s"]:.2f} s '
+            f'({u["sampling_s"] / s["sampling_s"]:.2f}x), prompts prefilled '
+            f'{u["prefilled"]} -> {s["prefilled"]} of {s["rows"]} rows, sampling share '
+            f'of collection {100 * u["sampling_share_of_collection"]:.1f}% -> '
+            f'{100 * s["sampling_share_of_collection"]:.1f}%, same commands: '
+            f'{entry["same_commands"]}')
+    report['updates'].append(entry)
     print()
+  bench_common.write_figures(args.out, report)
 
 
 if __name__ == '__main__':

@@ -20,6 +20,13 @@ Decoding
 --------
 Prefill runs the whole padded prompt through the model with the cache and projects
 only the last position's hidden state to the vocabulary (never [B, P, V] logits).
+Rows with identical prompts share one prefill (`share_prefill`, default on): the K
+rollouts of a task start from one state, so their first prompts are equal. The U
+distinct prompts are prefilled as a batch of U' = min(B, next power of two >= U) rows
+(so at most log2(B) + 1 prefill shapes), and the prefilled KV cache and last-position
+logits are gathered into the B rows before decoding. Decoding, the random stream and
+the sampled tokens are those of the unshared path: a row's prefill does not depend on
+the other rows of the batch (`_prefill`).
 Decode then runs inside one `lax.while_loop`, one token per step for all rows, until
 every row has stopped or max_new_tokens tokens exist. A row stops at the first token in
 stop_token_ids; that token is part of its completion (counted in `lengths`); later
@@ -65,11 +72,16 @@ MIN_PROMPT_BUCKET = 32
 # Candidate tokens of the fast top-p path (one top_k per step instead of full-vocabulary
 # work); rows whose nucleus is larger fall back to the exact full-vocabulary path.
 NUCLEUS_CANDIDATES = 256
+# Prompt tokens per prefill step (see `_prefill`): rows are prefilled one at a time
+# once the prompt bucket has this many tokens, in groups of ceil(this / P) rows below.
+PREFILL_ROW_TOKENS = 256
 # Smallest stop-id bucket; Qwen chat models need 2-3 stop ids (<|im_end|>,
 # <|endoftext|>), so one bucket covers them.
 MIN_STOP_BUCKET = 8
 
 _TRACES: collections.Counter = collections.Counter()
+# Rows asked for and prompts prefilled by `generate` in this process (prefill_counts).
+_PREFILL: collections.Counter = collections.Counter()
 
 
 class GenerationOutput(NamedTuple):
@@ -238,19 +250,65 @@ def sample_tokens(logits: jax.Array, rng: jax.Array, temperature: jax.Array,
   return tokens, chosen - jnp.log(total)
 
 
-@functools.partial(jax.jit,
-                   static_argnames=('config', 'max_new_tokens', 'do_sample'))
-def _generate_jit(params, tokens, mask, rng, temperature, top_p, stop_ids, pad_id, *,
-                  config: qwen.QwenConfig, max_new_tokens: int, do_sample: bool):
-  _TRACES[(tokens.shape, max_new_tokens, stop_ids.shape, do_sample)] += 1
-  batch, prompt_len = tokens.shape
-  model = qwen.Qwen(config)
+def _batch_sharded() -> bool:
+  """The current mesh (if any) splits the batch over more than one device."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return False
+  return any(mesh.shape.get(axis, 1) > 1 for axis in ('data', 'fsdp'))
+
+
+def _prefill(model, params, tokens, mask, num_slots, config):
+  """Prompt prefill -> (last-position logits [U, V] float32, cache with num_slots).
+
+  Rows go through the model in groups of ceil(PREFILL_ROW_TOKENS / P) rows (one row
+  per group once P >= PREFILL_ROW_TOKENS), so a row's prefill is the same program on
+  the same data whatever the batch holds: a prompt gives bit-identical logits and KV
+  cache prefilled alone, among other rows, or once for K rows (shared prefill), and
+  the sampled tokens are identical (matrix products of different batch sizes round
+  differently on XLA). When a mesh splits the batch, all rows run at once instead, to
+  keep the data parallelism (then equal to float32 rounding).
+  """
+  rows, prompt_len = tokens.shape
   variables = {'params': params}
 
-  cache = qwen.init_cache(config, batch, prompt_len + max_new_tokens)
-  hidden, cache = model.apply(variables, tokens, attention_mask=mask, cache=cache,
-                              return_hidden=True)
-  logits = qwen.lm_head_logits(config, params, hidden[:, -1])
+  def run(tok, msk):
+    cache = qwen.init_cache(config, tok.shape[0], num_slots)
+    hidden, cache = model.apply(variables, tok, attention_mask=msk, cache=cache,
+                                return_hidden=True)
+    return qwen.lm_head_logits(config, params, hidden[:, -1]), cache
+
+  group = min(rows, -(-PREFILL_ROW_TOKENS // prompt_len))
+  if _batch_sharded() or group >= rows:
+    return run(tokens, mask)
+  pad = -rows % group
+  split = lambda x: jnp.pad(x, ((0, pad), (0, 0))).reshape(-1, group, prompt_len)
+  logits, cache = jax.lax.map(lambda xs: run(*xs), (split(tokens), split(mask)))
+  index = cache.pop('index')[0]
+  merge = lambda x: x.reshape((-1,) + x.shape[2:])[:rows]
+  cache = jax.tree.map(merge, cache)
+  cache['index'] = index
+  return merge(logits), cache
+
+
+@functools.partial(jax.jit,
+                   static_argnames=('config', 'max_new_tokens', 'do_sample'))
+def _generate_jit(params, tokens, mask, row_source, rng, temperature, top_p, stop_ids,
+                  pad_id, *, config: qwen.QwenConfig, max_new_tokens: int,
+                  do_sample: bool):
+  # tokens / mask: [U, P] prompts to prefill; row_source: None (U = B rows) or [B]
+  # int32, the prefilled row each output row continues from (module docstring).
+  _TRACES[(tokens.shape, None if row_source is None else row_source.shape,
+           max_new_tokens, stop_ids.shape, do_sample)] += 1
+  prefill_batch, prompt_len = tokens.shape
+  batch = prefill_batch if row_source is None else row_source.shape[0]
+  model = qwen.Qwen(config)
+  variables = {'params': params}
+  logits, cache = _prefill(model, params, tokens, mask,
+                           prompt_len + max_new_tokens, config)
+  if row_source is not None:
+    rows = lambda x: x if x.ndim == 0 else jnp.take(x, row_source, axis=0)
+    logits, cache = rows(logits), jax.tree.map(rows, cache)
   tok, lp = sample_tokens(logits, jax.random.fold_in(rng, 0), temperature, top_p,
                           do_sample)
   out_tokens = jnp.full((batch, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(tok)
@@ -290,8 +348,15 @@ def compile_count() -> int:
 
 
 def trace_counts() -> dict:
-  """Traces of the generation program per (prompt shape, N, stop bucket, sampled)."""
+  """Traces of the generation program per (prefill prompt shape, shared rows shape,
+  N, stop bucket, sampled)."""
   return dict(_TRACES)
+
+
+def prefill_counts() -> dict:
+  """{'calls', 'rows', 'prefilled'}: `generate` calls, rows sampled and prompts
+  prefilled so far in this process (prefilled < rows when rows shared a prompt)."""
+  return {k: _PREFILL[k] for k in ('calls', 'rows', 'prefilled')}
 
 
 def generate(config: qwen.QwenConfig, params: Any,
@@ -299,7 +364,8 @@ def generate(config: qwen.QwenConfig, params: Any,
              max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
              stop_token_ids: Sequence[int] = (), pad_token_id: int = 0,
              prompt_lengths: Sequence[int] | None = None,
-             prompt_buckets: Sequence[int] | None = None) -> GenerationOutput:
+             prompt_buckets: Sequence[int] | None = None,
+             share_prefill: bool = True) -> GenerationOutput:
   """Samples completions for a batch of prompts with a KV cache.
 
   Args:
@@ -319,6 +385,8 @@ def generate(config: qwen.QwenConfig, params: Any,
       increasing); the batch is padded to the smallest one >= its longest prompt.
       None: max(32, next power of two). Each distinct P is one compilation (module
       docstring).
+    share_prefill: prefill each distinct prompt once and share its KV cache among
+      the rows that repeat it (same tokens; module docstring).
   Returns:
     GenerationOutput(tokens [B, N] int32, logprobs [B, N] float32, lengths [B] int32)
     as jax arrays; see the module docstring for the logprob definition.
@@ -359,7 +427,18 @@ def generate(config: qwen.QwenConfig, params: Any,
     raise ValueError(f'generate: prompt ({longest}) + max_new_tokens ({max_new_tokens}) '
                      f'exceeds max_position_embeddings ({config.max_position_embeddings})')
 
-  tokens, mask = left_pad(prompts, prompt_bucket(longest, prompt_buckets), pad_token_id)
+  bucket = prompt_bucket(longest, prompt_buckets)
+  row_source = None
+  prefill = prompts
+  if share_prefill:
+    first_row: dict[tuple[int, ...], int] = {}
+    source = [first_row.setdefault(tuple(p), len(first_row)) for p in prompts]
+    unique = [list(p) for p in first_row]
+    rows = min(len(prompts), _next_pow2(len(unique)))
+    if rows < len(prompts):  # padding rows repeat a prompt and are never read
+      prefill = unique + [unique[0]] * (rows - len(unique))
+      row_source = jnp.asarray(source, jnp.int32)
+  tokens, mask = left_pad(prefill, bucket, pad_token_id)
   stop = sorted(set(int(s) for s in stop_token_ids))
   stop_ids = np.full((max(MIN_STOP_BUCKET, _next_pow2(len(stop))),), -1, np.int32)
   stop_ids[:len(stop)] = stop
@@ -367,9 +446,12 @@ def generate(config: qwen.QwenConfig, params: Any,
     rng = jax.random.PRNGKey(int(rng))
   do_sample = temperature > 0
   out_tokens, out_logprobs, lengths = _generate_jit(
-      params, jnp.asarray(tokens), jnp.asarray(mask), rng,
+      params, jnp.asarray(tokens), jnp.asarray(mask), row_source, rng,
       jnp.asarray(temperature if do_sample else 1.0, jnp.float32),
       jnp.asarray(top_p, jnp.float32), jnp.asarray(stop_ids),
       jnp.asarray(pad_token_id, jnp.int32),
       config=config, max_new_tokens=int(max_new_tokens), do_sample=do_sample)
+  _PREFILL['calls'] += 1
+  _PREFILL['rows'] += len(prompts)
+  _PREFILL['prefilled'] += len(prompts) if row_source is None else len(unique)
   return GenerationOutput(out_tokens, out_logprobs, lengths)

@@ -43,7 +43,7 @@ most len(length_buckets) x len(command_buckets) loss functions.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -66,15 +66,21 @@ class BatchingConfig:
     command_buckets: increasing command lengths L (tokens).
     sort_by_length: order decisions by length before splitting into micro-batches (less
       padding; the update's gradient sum is unchanged).
+    loss_chunk_size: command positions per vocabulary chunk of the learner's head and
+      loss (rl/token_stats.py; grpo.DEFAULT_LOSS_CHUNK_SIZE); None = unchunked.
   """
   micro_batch_size: int = 8
   length_buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 8512)
   command_buckets: tuple[int, ...] = (16, 32, 64, 128, 256)
   sort_by_length: bool = True
+  loss_chunk_size: Optional[int] = 128
 
   def __post_init__(self):
     if self.micro_batch_size < 1:
       raise ValueError(f'micro_batch_size must be >= 1, got {self.micro_batch_size}')
+    if self.loss_chunk_size is not None and self.loss_chunk_size < 1:
+      raise ValueError(f'loss_chunk_size must be None or >= 1, got '
+                       f'{self.loss_chunk_size}')
     for name in ('length_buckets', 'command_buckets'):
       b = tuple(int(x) for x in getattr(self, name))
       if not b or any(x <= 0 for x in b) or list(b) != sorted(set(b)):

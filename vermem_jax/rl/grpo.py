@@ -28,6 +28,13 @@ commands of a row; the batcher may use per-row or global per-update ids. Decisio
 segments are therefore counted with a segment_sum over at most B·L (+1 for masked)
 segments, a static bound, so the loss jit-compiles once per [B, L] bucket.
 
+Memory: the model steps (grpo_loss_and_grads, sft_loss_and_grads, policy_logprobs,
+and train/rl_learner.grpo_step) never form [B, L, V] logits: `command_token_stats`
+projects the gathered hidden states onto the vocabulary in chunks of `loss_chunk_size`
+command positions (rl/token_stats.py) and the losses read per-token statistics
+(`grpo_loss_from_token_stats`, `command_nll_from_token_stats`); the `*_from_logits`
+functions are the same losses on full logits (the reference definitions).
+
 Deferred normalization (as Tunix/MaxText do for gradient accumulation): the loss returns
 the SUM over decisions of each decision's token-mean loss and the NUMBER of decisions;
 micro-batches and devices add both and divide once per update, so any split of an update
@@ -45,8 +52,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from vermem_jax.models import qwen
+from vermem_jax.rl import token_stats
 
-KL_ESTIMATORS = ('exact', 'k3')
+KL_ESTIMATORS = token_stats.KL_ESTIMATORS
 
 # Keys of the gathered [B, L] loss batch.
 LOSS_BATCH_KEYS = ('target_ids', 'command_ids', 'advantages', 'old_logprobs')
@@ -160,20 +168,17 @@ def finalize_metrics(metrics: Mapping) -> dict[str, float]:
   return out
 
 
-def _compute_dtype(x) -> jnp.dtype:
-  """float32, or float64 when x is float64 (x64 tests); bf16/f16 are upcast."""
-  return jnp.promote_types(x.dtype, jnp.float32)
+_compute_dtype = token_stats.compute_dtype
 
 
-def _check_loss_args(logits, batch, temperature, kl_estimator=None):
+def _check_loss_args(shape, batch, temperature, kl_estimator=None):
+  """Validates the [B, L] loss batch against `shape` = (B, L) and the options."""
   missing = [k for k in LOSS_BATCH_KEYS if k not in batch]
   if missing:
     raise ValueError(f"loss batch is missing keys {missing}")
-  if logits.ndim != 3:
-    raise ValueError(f"logits must be [B, L, V], got shape {logits.shape}")
   for k in LOSS_BATCH_KEYS:
-    if tuple(batch[k].shape) != tuple(logits.shape[:2]):
-      raise ValueError(f"batch[{k!r}] must have shape {tuple(logits.shape[:2])}, got "
+    if tuple(batch[k].shape) != tuple(shape):
+      raise ValueError(f"batch[{k!r}] must have shape {tuple(shape)}, got "
                        f"{tuple(batch[k].shape)}")
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
@@ -225,24 +230,46 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
     ValueError: (at trace time) on missing keys, mismatched shapes, bad options, or
       ref_logits None with kl_beta != 0.
   """
-  _check_loss_args(logits, batch, temperature, kl_estimator)
+  if logits.ndim != 3:
+    raise ValueError(f"logits must be [B, L, V], got shape {logits.shape}")
+  _check_loss_args(logits.shape[:2], batch, temperature, kl_estimator)
   if ref_logits is None and kl_beta != 0:
     raise ValueError("ref_logits is required when kl_beta != 0")
   if ref_logits is not None and ref_logits.shape != logits.shape:
     raise ValueError(f"ref_logits shape {ref_logits.shape} != logits {logits.shape}")
-  dt = _compute_dtype(logits)
+  stats = token_stats.stats_from_logits(
+      logits, ref_logits, batch['target_ids'], temperature=temperature,
+      kl_estimator=None if ref_logits is None else kl_estimator)
+  return grpo_loss_from_token_stats(stats, batch, clip_epsilon=clip_epsilon,
+                                    kl_beta=kl_beta, kl_estimator=kl_estimator,
+                                    max_log_ratio=max_log_ratio)
+
+
+def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
+                               batch: Mapping[str, jax.Array], *,
+                               clip_epsilon: float = DEFAULT_CLIP_EPSILON,
+                               kl_beta: float = DEFAULT_KL_BETA,
+                               kl_estimator: str = 'exact',
+                               max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+  """`grpo_loss_from_logits` from per-token statistics (rl/token_stats.py).
+
+  Args:
+    stats: [B, L] arrays 'logp' (log π_θ(y_j) at the policy temperature), 'entropy',
+      and 'kl' (exact estimator) or 'ref_logp' (k3); without either the KL is 0
+      (kl_beta must then be 0).
+    batch, clip_epsilon, kl_beta, kl_estimator, max_log_ratio: as in
+      grpo_loss_from_logits.
+  Returns:
+    (loss_sum, num_decisions, metrics) as grpo_loss_from_logits.
+  """
+  logp = stats['logp']
+  dt = _compute_dtype(logp)
   command_ids = batch['command_ids']
   mask = command_ids > 0
   # Masked slots get neutral inputs so that arbitrary values there (NaN included)
   # cannot reach the loss or its gradient.
   adv = jnp.where(mask, batch['advantages'].astype(dt), 0.0)
   old_logp = jnp.where(mask, batch['old_logprobs'].astype(dt), 0.0)
-  targets = batch['target_ids'].astype(jnp.int32)
-
-  logp_all = jax.nn.log_softmax(logits.astype(dt) / temperature, axis=-1)
-  logp = jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
-  p_all = jnp.exp(logp_all)
-  entropy = -jnp.sum(p_all * logp_all, axis=-1)
 
   raw_log_ratio = logp - old_logp
   log_ratio = jnp.clip(raw_log_ratio, -max_log_ratio, max_log_ratio)
@@ -250,17 +277,16 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
   clipped_ratio = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
   surrogate = jnp.minimum(ratio * adv, clipped_ratio * adv)
 
-  if ref_logits is None:
-    kl = jnp.zeros_like(logp)
+  if kl_estimator == 'exact' and 'kl' in stats:
+    kl = stats['kl']
+  elif kl_estimator == 'k3' and 'ref_logp' in stats:
+    delta = jnp.clip(stats['ref_logp'] - logp, -max_log_ratio, max_log_ratio)
+    kl = jnp.exp(delta) - 1.0 - delta
+  elif kl_beta != 0:
+    raise ValueError(f"kl_beta={kl_beta} needs the {kl_estimator!r} KL statistic "
+                     f"({'kl' if kl_estimator == 'exact' else 'ref_logp'})")
   else:
-    ref_logp_all = jax.nn.log_softmax(
-        jax.lax.stop_gradient(ref_logits).astype(dt) / temperature, axis=-1)
-    if kl_estimator == 'exact':
-      kl = jnp.sum(p_all * (logp_all - ref_logp_all), axis=-1)
-    else:
-      ref_logp = jnp.take_along_axis(ref_logp_all, targets[..., None], axis=-1)[..., 0]
-      delta = jnp.clip(ref_logp - logp, -max_log_ratio, max_log_ratio)
-      kl = jnp.exp(delta) - 1.0 - delta
+    kl = jnp.zeros_like(logp)
 
   token_loss = -(surrogate - kl_beta * kl)
   loss_sum, num_decisions = _decision_reduce(token_loss, command_ids)
@@ -282,7 +308,7 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
       'ratio': _masked_sum_count(ratio, mask),
       'ratio_min': ratio_min,
       'ratio_max': ratio_max,
-      'entropy': _masked_sum_count(entropy, mask),
+      'entropy': _masked_sum_count(stats['entropy'], mask),
       'logprob_gap': _masked_sum_count(raw_log_ratio, mask),
       'logprob_abs_gap': _masked_sum_count(jnp.abs(raw_log_ratio), mask),
       'advantage': _masked_sum_count(adv, mask),
@@ -327,18 +353,27 @@ def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *
       raise ValueError(f"batch[{k!r}] must have shape {tuple(logits.shape[:2])}")
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
+  stats = token_stats.stats_from_logits(logits, None, batch['target_ids'],
+                                        temperature=temperature, entropy=False,
+                                        correct=True)
+  return command_nll_from_token_stats(stats, batch, reduction=reduction)
+
+
+def command_nll_from_token_stats(stats: Mapping[str, jax.Array],
+                                 batch: Mapping[str, jax.Array], *,
+                                 reduction: str = 'token'):
+  """`command_nll_from_logits` from per-token 'logp' and 'correct' [B, L] statistics
+  (rl/token_stats.py); same returns."""
+  if reduction not in NLL_REDUCTIONS:
+    raise ValueError(f"reduction must be one of {NLL_REDUCTIONS}, got {reduction!r}")
   command_ids = batch['command_ids']
   mask = command_ids > 0
-  targets = batch['target_ids'].astype(jnp.int32)
-  logp_all = jax.nn.log_softmax(logits.astype(_compute_dtype(logits)) / temperature,
-                                axis=-1)
-  nll = -jnp.take_along_axis(logp_all, targets[..., None], axis=-1)[..., 0]
+  nll = -stats['logp']
   if reduction == 'token':
     total, count = _masked_sum_count(nll, mask)
   else:
     total, count = _decision_reduce(nll, command_ids, mean=(reduction == 'decision'))
-  correct = (jnp.argmax(logp_all, axis=-1) == targets).astype(jnp.float32)
-  metrics = {'token_accuracy': _masked_sum_count(correct, mask),
+  metrics = {'token_accuracy': _masked_sum_count(stats['correct'], mask),
              'token_nll': _masked_sum_count(nll, mask)}
   return total, count, metrics
 
@@ -349,10 +384,8 @@ def token_logprobs_from_logits(logits: jax.Array, target_ids: jax.Array, *,
 
   The learner-side recomputation of old_logprobs (θ_old = θ before the update).
   """
-  logp_all = jax.nn.log_softmax(logits.astype(_compute_dtype(logits)) / temperature,
-                                axis=-1)
-  return jnp.take_along_axis(logp_all, target_ids.astype(jnp.int32)[..., None],
-                             axis=-1)[..., 0]
+  return token_stats.stats_from_logits(logits, None, target_ids, temperature=temperature,
+                                       entropy=False)['logp']
 
 
 # --------------------------------------------------------------------------- layout
@@ -426,34 +459,95 @@ def select_command_tokens(batch: Mapping[str, np.ndarray],
 
 # --------------------------------------------------------------------------- model step
 
+# Command positions per vocabulary chunk of the learner's head and loss
+# (rl/token_stats.py): [128, 151936] float32 logits are 74 MiB, and the whole head +
+# exact-KL loss stays well under 1 GiB of temporaries at any micro-batch size. The
+# config key is `rl.loss_chunk_size` / `sft.loss_chunk_size`; None = unchunked.
+DEFAULT_LOSS_CHUNK_SIZE = 128
 
-def command_logits(model_config, params, batch: Mapping[str, jax.Array]) -> jax.Array:
-  """Policy logits at the command positions only: [B, L, V] float32.
 
-  Runs the Qwen trunk over the full [B, T] sequence (return_hidden=True), gathers the
-  hidden states at batch['command_positions'] [B, L], and projects only those with
-  `lm_head_logits`, so no [B, T, V] array is ever formed.
+def command_hidden(model_config, params, batch: Mapping[str, jax.Array]) -> jax.Array:
+  """Final hidden states at the command positions only: [B, L, D] (compute dtype).
+
+  Runs the Qwen trunk over the full [B, T] sequence (return_hidden=True) and gathers
+  the states at batch['command_positions'] [B, L].
   """
   hidden = qwen.Qwen(model_config).apply(
       {'params': params}, batch['input_ids'], positions=batch.get('positions'),
       attention_mask=batch['attention_mask'], return_hidden=True)
-  hidden = gather_positions(hidden, batch['command_positions'])
-  return qwen.lm_head_logits(model_config, params, hidden)
+  return gather_positions(hidden, batch['command_positions'])
+
+
+def command_logits(model_config, params, batch: Mapping[str, jax.Array]) -> jax.Array:
+  """Policy logits at the command positions only: [B, L, V] float32.
+
+  `command_hidden` projected with `lm_head_logits`, so no [B, T, V] array is formed;
+  the losses below go further and never form [B, L, V] (`command_token_stats`).
+  """
+  return qwen.lm_head_logits(model_config, params,
+                             command_hidden(model_config, params, batch))
+
+
+def command_token_stats(model_config, params, batch: Mapping[str, jax.Array], *,
+                        ref_params=None, kl_estimator: Optional[str] = None,
+                        temperature: float = 1.0,
+                        chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE,
+                        entropy: bool = True, correct: bool = False) -> dict:
+  """Per-token statistics of the command tokens (rl/token_stats.py) through the model.
+
+  Policy trunk -> hidden states at command_positions -> head and statistics in chunks
+  of `chunk_size` positions; with `kl_estimator`, the reference trunk likewise (a
+  constant: no gradient reaches ref_params).
+
+  Args:
+    model_config: QwenConfig.
+    params: policy parameters (differentiable).
+    batch: input_ids, attention_mask, (positions), command_positions, target_ids.
+    ref_params: reference parameters, required with kl_estimator.
+    kl_estimator: None, 'exact' or 'k3' (what token_stats adds: 'kl' / 'ref_logp').
+    temperature: T of every log-probability.
+    chunk_size: positions per chunk; None projects all [B, L, V] logits at once.
+    entropy, correct: include 'entropy' / 'correct'.
+  Returns:
+    {'logp', ...} [B, L] float32 arrays.
+  """
+  hidden = command_hidden(model_config, params, batch)
+  ref_hidden = None
+  if kl_estimator is not None:
+    if ref_params is None:
+      raise ValueError('ref_params are required with a KL estimator')
+    ref_hidden = jax.lax.stop_gradient(command_hidden(model_config, ref_params, batch))
+  targets = batch['target_ids']
+  if chunk_size is None:
+    ref_logits = None if ref_hidden is None else qwen.lm_head_logits(
+        model_config, jax.lax.stop_gradient(ref_params), ref_hidden)
+    return token_stats.stats_from_logits(
+        qwen.lm_head_logits(model_config, params, hidden), ref_logits, targets,
+        temperature=temperature, kl_estimator=kl_estimator, entropy=entropy,
+        correct=correct)
+  project, select = token_stats.head_projection(model_config)
+  return token_stats.chunked_stats(
+      project, select(params), hidden, targets,
+      ref_head=None if ref_params is None else select(ref_params),
+      ref_hidden=ref_hidden, chunk_size=chunk_size, temperature=temperature,
+      kl_estimator=kl_estimator, entropy=entropy, correct=correct)
 
 
 @functools.partial(jax.jit, static_argnames=(
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'max_log_ratio'))
+    'max_log_ratio', 'loss_chunk_size'))
 def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
                         clip_epsilon: float = DEFAULT_CLIP_EPSILON,
                         kl_beta: float = DEFAULT_KL_BETA,
                         kl_estimator: str = 'exact', temperature: float = 1.0,
-                        max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+                        max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
+                        loss_chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE):
   """Jitted GRPO loss and gradient for one (micro-)batch (Eq. 11 through the model).
 
   Policy forward over [B, T] -> hidden states gathered at command_positions ->
-  lm_head at those [B, L] positions only -> grpo_loss_from_logits; the reference policy
-  (ref_params, constants) likewise when kl_beta != 0.
+  per-token statistics in chunks of `loss_chunk_size` positions
+  (`command_token_stats`; no [B, L, V] array) -> grpo_loss_from_token_stats; the
+  reference policy (ref_params, constants) likewise when kl_beta != 0.
 
   Args:
     params: policy parameters θ (the parameter tree of vermem_jax.models.qwen).
@@ -462,6 +556,7 @@ def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
     model_config: QwenConfig (static, hashable).
     clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio: as in
       grpo_loss_from_logits.
+    loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
 
   Returns:
     ((loss_sum, num_decisions, metrics), grads): grads = ∂ loss_sum / ∂ params, NOT yet
@@ -471,37 +566,40 @@ def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
   missing = [k for k in STEP_BATCH_KEYS if k not in batch]
   if missing:
     raise ValueError(f"step batch is missing keys {missing}")
-  ref_logits = None
-  if kl_beta != 0:
-    ref_logits = jax.lax.stop_gradient(
-        command_logits(model_config, ref_params, batch))
+  _check_loss_args(batch['target_ids'].shape, batch, temperature, kl_estimator)
 
   def loss_fn(p):
-    logits = command_logits(model_config, p, batch)
-    loss_sum, num, metrics = grpo_loss_from_logits(
-        logits, ref_logits, batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, temperature=temperature,
-        max_log_ratio=max_log_ratio)
+    stats = command_token_stats(
+        model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
+        kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
+        chunk_size=loss_chunk_size)
+    loss_sum, num, metrics = grpo_loss_from_token_stats(
+        stats, batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
+        kl_estimator=kl_estimator, max_log_ratio=max_log_ratio)
     return loss_sum, (num, metrics)
 
   (loss_sum, (num, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
   return (loss_sum, num, metrics), grads
 
 
-@functools.partial(jax.jit, static_argnames=('model_config', 'temperature'))
-def policy_logprobs(params, batch, *, model_config, temperature: float = 1.0):
+@functools.partial(jax.jit, static_argnames=('model_config', 'temperature',
+                                             'loss_chunk_size'))
+def policy_logprobs(params, batch, *, model_config, temperature: float = 1.0,
+                    loss_chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE):
   """log π_θ(target_ids) at command positions, [B, L] float32 (0 where command_ids==0).
 
   Used to recompute old_logprobs with θ_old on the learner instead of taking the
-  sampler's values.
+  sampler's values; vocabulary chunks of `loss_chunk_size` positions.
   """
-  logits = command_logits(model_config, params, batch)
-  lp = token_logprobs_from_logits(logits, batch['target_ids'], temperature=temperature)
+  lp = command_token_stats(model_config, params, batch, temperature=temperature,
+                           chunk_size=loss_chunk_size, entropy=False)['logp']
   return jnp.where(batch['command_ids'] > 0, lp, 0.0)
 
 
-@functools.partial(jax.jit, static_argnames=('model_config', 'reduction'))
-def sft_loss_and_grads(params, batch, *, model_config, reduction: str = 'token'):
+@functools.partial(jax.jit, static_argnames=('model_config', 'reduction',
+                                             'loss_chunk_size'))
+def sft_loss_and_grads(params, batch, *, model_config, reduction: str = 'token',
+                       loss_chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE):
   """Jitted SFT command-token NLL and gradient (Eq. 7) with deferred normalization.
 
   Args:
@@ -510,13 +608,16 @@ def sft_loss_and_grads(params, batch, *, model_config, reduction: str = 'token')
       command_ids (select_command_tokens layout; advantages/old_logprobs unused).
     model_config: QwenConfig (static).
     reduction: see command_nll_from_logits.
+    loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
 
   Returns:
     ((nll_sum, count, metrics), grads of nll_sum).
   """
   def loss_fn(p):
-    logits = command_logits(model_config, p, batch)
-    total, count, metrics = command_nll_from_logits(logits, batch, reduction=reduction)
+    stats = command_token_stats(model_config, p, batch, chunk_size=loss_chunk_size,
+                                entropy=False, correct=True)
+    total, count, metrics = command_nll_from_token_stats(stats, batch,
+                                                         reduction=reduction)
     return total, (count, metrics)
 
   (total, (count, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)

@@ -66,6 +66,9 @@ class PolicySamplingConfig:
       increasing; the config derives powers of two ending exactly at
       policy_input_limit + prompt_overhead_tokens). None: the sampler's power-of-two
       default (models/sampling.py).
+    share_prefill: prefill each distinct prompt of a call once and share its KV cache
+      among the rows that repeat it (the K rollouts' first prompts; same tokens as
+      without sharing; models/sampling.py).
   """
   temperature: float = 0.7  # SPEC §4
   top_p: float = 0.95  # SPEC §4
@@ -73,6 +76,7 @@ class PolicySamplingConfig:
   max_command_tokens: int = 256  # decision (experiments/configs/parts/paper.py)
   prompt_overhead_tokens: int = 64  # decision (experiments/configs/parts/paper.py)
   prompt_buckets: Optional[tuple[int, ...]] = None  # None: powers of two
+  share_prefill: bool = True
 
   def __post_init__(self):
     if not self.temperature >= 0 or not self.eval_temperature >= 0:
@@ -284,6 +288,8 @@ class SamplerPolicy:
     # Passed only when set, so a generate_fn predating prompt buckets still works.
     extra = ({} if self.prompt_buckets is None
              else {'prompt_buckets': self.prompt_buckets})
+    if not self.sampling_config.share_prefill:
+      extra['share_prefill'] = False
     out = self.generate_fn(
         self.model_config, self.params, padded, rng=rng,
         max_new_tokens=int(self.sampling_config.max_command_tokens),
@@ -294,6 +300,7 @@ class SamplerPolicy:
     logprobs = np.asarray(out.logprobs, np.float64)
     lengths = np.asarray(out.lengths)
     t2 = time.perf_counter()
+
     stops = set(self.stop_token_ids)
     results = []
     for i in range(first, first + len(own)):

@@ -16,10 +16,16 @@ resuming from step s continues with update s + 1.
 
 Guarantees:
 - `save` refuses parameters holding NaN or Inf (CheckpointError, nothing written).
-- `save` returns only after the checkpoint is committed (`wait_until_finished`). Orbax
-  writes a step into a temporary directory and renames it when complete, so a process
-  killed mid-save leaves only a `<step>.orbax-checkpoint-tmp-*` folder, which is not a
-  step; the previous step stays intact.
+- Saving is off the critical path (Orbax async checkpointing, `async_save=True`, config
+  `checkpoint.async_save`): `save` returns once the arrays are copied off the devices
+  and the files are written by a background thread while training continues. The next
+  `save`, every query and restore, and `close` first wait for it and raise
+  `CheckpointError` if it failed, so nothing ever reads a step that is still being
+  written. With `async_save=False`, `save` returns only after the commit.
+- Orbax writes a step into a temporary directory and renames it when complete, so a
+  process killed mid-save (in the background or not) leaves only a
+  `<step>.orbax-checkpoint-tmp-*` folder, which is not a step; the previous step stays
+  intact, and a resume starts from it exactly (redoing the later updates).
 - `restore()` (latest) falls back step by step to the newest restorable checkpoint,
   logging a warning that names each bad step and its error. Nothing is deleted: when a
   later save reaches a step number held by an unrestorable checkpoint, that directory is
@@ -232,10 +238,13 @@ class PhaseCheckpointManager:
     best_key: ranks `selection_metrics` (larger is better); default `selection_key`
       (SFT: dev tool accuracy then invalid rate; RL: internal-dev score, ties to the
       later step).
+    async_save: write checkpoints in a background thread (module docstring; config
+      `checkpoint.async_save`).
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
-               best_key: Callable[[Mapping[str, float]], Any] = selection_key):
+               best_key: Callable[[Mapping[str, float]], Any] = selection_key,
+               async_save: bool = True):
     if max_to_keep < 1:
       raise ValueError(f'max_to_keep must be >= 1, got {max_to_keep}')
     self.directory = str(pathlib.Path(directory).expanduser().resolve())
@@ -243,9 +252,11 @@ class PhaseCheckpointManager:
     self._best_key = best_key
     self._unrestorable: dict[int, str] = {}
     self._best: tuple[Any, int] | None = None
+    self._pending: int | None = None  # step being written in the background
+    self._async = bool(async_save)
     options = ocp.CheckpointManagerOptions(
         create=True,
-        enable_async_checkpointing=False,
+        enable_async_checkpointing=bool(async_save),
         preservation_policy=pp_lib.AnyPreservationPolicy([
             pp_lib.LatestN(n=max_to_keep), _KeepStep(self.best_step)]),
     )
@@ -254,8 +265,27 @@ class PhaseCheckpointManager:
     self._scan_best()
 
   # ----------------------------------------------------------------- queries
+  def wait_until_finished(self) -> None:
+    """Blocks until a background save is committed.
+
+    Raises:
+      CheckpointError: the background save failed or did not produce its step.
+    """
+    if self._pending is None:
+      return
+    step, self._pending = self._pending, None
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      raise CheckpointError(f'saving step {step} in {self.directory} failed: '
+                            f'{type(e).__name__}: {e}') from e
+    if step not in self._manager.all_steps():
+      raise CheckpointError(f'Orbax did not save step {step} in {self.directory}')
+    logging.info('saved checkpoint step %d in %s', step, self.directory)
+
   def all_steps(self) -> list[int]:
     """Committed step numbers, ascending (temporary, half-written saves excluded)."""
+    self.wait_until_finished()
     return sorted(self._manager.all_steps())
 
   def latest_step(self) -> int | None:
@@ -269,6 +299,7 @@ class PhaseCheckpointManager:
 
   def read_meta(self, step: int) -> dict:
     """The JSON `meta` item of `step` (raises what Orbax raises when it is corrupt)."""
+    self.wait_until_finished()
     restored = self._manager.restore(step, args=ocp.args.Composite(
         meta=ocp.args.JsonRestore()))
     meta = restored['meta']
@@ -294,7 +325,8 @@ class PhaseCheckpointManager:
   # ----------------------------------------------------------------- save
   def save(self, state: TrainState, *,
            selection_metrics: Mapping[str, float] | None = None) -> None:
-    """Writes `state` as step `state.step` and returns once it is committed.
+    """Writes `state` as step `state.step`: in the background with async_save (returns
+    once the arrays are off the devices), else returning once it is committed.
 
     Args:
       state: what to save; `running_stats`, `data_position`, `metadata` must be JSON
@@ -304,8 +336,9 @@ class PhaseCheckpointManager:
     Raises:
       CheckpointError: the parameters hold NaN/Inf (nothing is written), the step is
         not newer than a restorable saved step, or a value is not JSON-serializable,
-        or Orbax refused the save.
+        or Orbax refused the save (or the previous background save failed).
     """
+    self.wait_until_finished()
     step = int(state.step)
     if not bool(nonfinite.tree_all_finite(state.params)):
       raise CheckpointError(
@@ -341,10 +374,11 @@ class PhaseCheckpointManager:
     if selection_metrics:
       self._consider_best(step, selection_metrics)
     saved = self._manager.save(step, args=ocp.args.Composite(**items), force=True)
-    self._manager.wait_until_finished()
-    if not saved or step not in self._manager.all_steps():
+    if not saved:
       raise CheckpointError(f'Orbax did not save step {step} in {self.directory}')
-    logging.info('saved checkpoint step %d in %s', step, self.directory)
+    self._pending = step
+    if not self._async:
+      self.wait_until_finished()
 
   def _quarantine_from(self, step: int) -> None:
     """Moves unrestorable checkpoints at or after `step` aside (never deletes them)."""
@@ -365,7 +399,7 @@ class PhaseCheckpointManager:
 
   # ----------------------------------------------------------------- restore
   def _restore_step(self, step: int, template: TrainState | None) -> TrainState:
-    meta = self.read_meta(step)
+    meta = self.read_meta(step)  # waits for a background save
     args = {'meta': ocp.args.JsonRestore(),
             'params': ocp.args.StandardRestore(
                 None if template is None else _abstract(template.params))}
@@ -456,8 +490,11 @@ class PhaseCheckpointManager:
     return self._restore_first(steps, template)
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Waits for a background save (raising CheckpointError if it failed), then closes."""
+    try:
+      self.wait_until_finished()
+    finally:
+      self._manager.close()
 
   def __enter__(self) -> 'PhaseCheckpointManager':
     return self

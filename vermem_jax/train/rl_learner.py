@@ -13,8 +13,10 @@ rl.mini_batches_per_iteration = M shuffled mini-batches (a fresh permutation per
 seeded by (seed, update, pass); M = 1 keeps the decisions in order) and ONE optimizer
 step per mini-batch: μ·M steps per update. A mini-batch's decisions become padded
 micro-batches (`batching.micro_batches`, command-token weights divided by that
-mini-batch's N_b decisions); `grpo_step` returns loss and gradient SUMS per
-micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
+mini-batch's N_b decisions); `grpo_step` (grpo.command_token_stats +
+grpo.grpo_loss_from_token_stats, jitted: the head and loss run in chunks of
+`batching.loss_chunk_size` command positions, no [B, L, V] array) returns loss and
+gradient SUMS per micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
 deferred normalization holds per mini-batch (SPEC §6: per-command token mean, then mean
 over the mini-batch's decisions; M = 1: over all decisions of the update). With μ = M = 1
 this is the single step per update of one-iteration GRPO; with μ > 1 or M > 1 the ratio
@@ -158,15 +160,17 @@ class LossConfig:
 
 @functools.partial(jax.jit, static_argnames=(
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'old_from_learner', 'max_log_ratio'))
+    'old_from_learner', 'max_log_ratio', 'loss_chunk_size'))
 def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
               model_config: qwen.QwenConfig, clip_epsilon: float, kl_beta: float,
               kl_estimator: str, temperature: float, old_from_learner: bool,
-              max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO):
+              max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO,
+              loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE):
   """Summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
 
-  Same computation as `grpo.grpo_loss_and_grads` (policy and reference logits at the
-  command positions only, `grpo.grpo_loss_from_logits`), plus the learner's own
+  Same computation as `grpo.grpo_loss_and_grads` (policy and reference statistics at
+  the command positions only, in vocabulary chunks of `loss_chunk_size` positions:
+  no [B, L, V] array; `grpo.grpo_loss_from_token_stats`), plus the learner's own
   log π_θ(y_j | h_j) at `temperature`. With `old_from_learner` (only at θ = θ_old,
   the update's first step), θ_old's log-probs are those values under stop_gradient:
   ρ = exp(log π_θ − sg(log π_θ)) = 1 and ∇ρ = ∇ log π_θ, without a second forward pass
@@ -178,26 +182,23 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
     model_config, clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio:
       static settings.
     old_from_learner: see above.
+    loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
   Returns:
     ((loss_sum, num_decisions, metrics, learner_logprobs [B, L] float32 (0 on
     padding)), grads of loss_sum) — sums, not yet divided by the mini-batch's N_b.
   """
-  ref_logits = None
-  if kl_beta != 0:
-    ref_logits = jax.lax.stop_gradient(grpo.command_logits(model_config, ref_params,
-                                                           batch))
   mask = batch['command_ids'] > 0
 
   def loss_fn(p):
-    logits = grpo.command_logits(model_config, p, batch)
-    logp = jax.lax.stop_gradient(grpo.token_logprobs_from_logits(
-        logits, batch['target_ids'], temperature=temperature))
-    logp = jnp.where(mask, logp, 0.0)
+    stats = grpo.command_token_stats(
+        model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
+        kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
+        chunk_size=loss_chunk_size)
+    logp = jnp.where(mask, jax.lax.stop_gradient(stats['logp']), 0.0)
     loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
-    loss_sum, num, metrics = grpo.grpo_loss_from_logits(
-        logits, ref_logits, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, temperature=temperature,
-        max_log_ratio=max_log_ratio)
+    loss_sum, num, metrics = grpo.grpo_loss_from_token_stats(
+        stats, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
+        kl_estimator=kl_estimator, max_log_ratio=max_log_ratio)
     return loss_sum, (num, metrics, logp)
 
   (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
@@ -264,7 +265,8 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
     step_batch = batching.to_step_batch(mb)
     with setup_lib.mesh_context(mesh):
       lp = grpo.policy_logprobs(params, setup_lib.place_batch(step_batch, mesh),
-                                model_config=model_config, temperature=temperature)
+                                model_config=model_config, temperature=temperature,
+                                loss_chunk_size=batching_config.loss_chunk_size)
     for cid, v in batching.values_by_decision(mb, distributed.to_host(lp)).items():
       out[cid - 1] = v
   return out
@@ -330,7 +332,8 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
   from_learner = loss.old_logprobs == 'learner'
   kw = dict(model_config=model_config, clip_epsilon=loss.clip_epsilon,
             kl_beta=loss.kl_beta, kl_estimator=loss.kl_estimator,
-            temperature=loss.temperature, max_log_ratio=loss.max_log_ratio)
+            temperature=loss.temperature, max_log_ratio=loss.max_log_ratio,
+            loss_chunk_size=batching_config.loss_chunk_size)
   # Learner log π_θold per decision, once known (θ_old fixed for the whole update).
   at_old: list = [None] * n
   t0 = time.perf_counter()

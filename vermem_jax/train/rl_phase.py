@@ -194,7 +194,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
 
   # ---- resume (newest restorable checkpoint, with fallback past corrupt ones)
   mgr = checkpoints.PhaseCheckpointManager(
-      directory, max_to_keep=int(config.checkpoint.max_to_keep))
+      directory, max_to_keep=int(config.checkpoint.max_to_keep),
+      async_save=bool(config.checkpoint.get('async_save', True)))
   latest = mgr.latest_step()
   restored = mgr.restore(template)
   if restored is not None:
@@ -383,8 +384,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
     writer.close()
     if table is not None:
       table.close()
+    mgr.close()  # waits for a background save, also when the loop raised
   selected = mgr.best_step()
-  mgr.close()
   if selected is not None:
     logging.info('%s: selected checkpoint step %d on internal dev (%s)', phase,
                  selected, metric)

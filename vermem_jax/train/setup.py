@@ -49,13 +49,18 @@ BATCH_AXES = ('data', 'fsdp')
 
 def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
   """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`,
-  with `model.dtype` / `param_dtype` / `remat` applied.
+  with `model.dtype` / `param_dtype` / `remat` and the attention kernel
+  (`model.attn_implementation`, `attn_block_q`, `attn_block_kv`) applied.
 
   Raises:
     ValueError: unknown preset or unreadable checkpoint config (names the field).
   """
   numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
                   remat=config.model.remat)
+  # Configs written before these keys existed keep QwenConfig's defaults.
+  for key in ('attn_implementation', 'attn_block_q', 'attn_block_kv'):
+    if key in config.model:
+      numerics[key] = config.model[key]
   if config.model.hf_checkpoint:
     try:
       return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)

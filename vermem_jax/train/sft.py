@@ -242,7 +242,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   template = checkpoints.TrainState(step=0, params=params, opt_state=opt_state, rng=rng,
                                     data_position=position(0), metadata={})
   with checkpoints.PhaseCheckpointManager(
-      directory, max_to_keep=int(config.checkpoint.max_to_keep)) as mgr:
+      directory, max_to_keep=int(config.checkpoint.max_to_keep),
+      async_save=bool(config.checkpoint.get('async_save', True))) as mgr:
     step, prior_wall, last_dev, train_loss = 0, 0.0, {}, float('nan')
     skips = nonfinite.SkipCounter(int(config.sft.max_consecutive_skips))
     restored = mgr.restore(template)
@@ -270,7 +271,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       out = sft_eval.dev_metrics([e.record for e in dev], preds,
                                  executor_config=exec_cfg, count_tokens=tok.count_tokens)
       out['dev_loss'] = sft_step.command_loss(p, dev_batches, model_config=model_cfg,
-                                              mesh=mesh, reduction=reduction)
+                                              mesh=mesh, reduction=reduction,
+                                              loss_chunk_size=bcfg.loss_chunk_size)
       for e, text in list(zip(dev, preds))[:2]:
         logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
                      text[:120])
@@ -289,9 +291,9 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
         mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
         # The schedule counts applied updates: skipped (non-finite) steps do not move it.
         m_lr = float(schedule(step - skips.total))
-        params, opt_state, m = sft_step.train_step(params, opt_state, mbs,
-                                                   model_config=model_cfg, opt=opt,
-                                                   mesh=mesh, reduction=reduction)
+        params, opt_state, m = sft_step.train_step(
+            params, opt_state, mbs, model_config=model_cfg, opt=opt, mesh=mesh,
+            reduction=reduction, loss_chunk_size=bcfg.loss_chunk_size)
         m['lr'] = m_lr
         step += 1
         skips.record(not m['skipped'], f'SFT step {step}')

@@ -130,9 +130,10 @@ def zero_accumulator(params: Any) -> dict[str, Any]:
           'token_correct': zero, 'tokens': zero}
 
 
-def _accumulate(params, acc, batch, model_config, reduction):
+def _accumulate(params, acc, batch, model_config, reduction, loss_chunk_size):
   (total, count, m), grads = grpo.sft_loss_and_grads(
-      params, batch, model_config=model_config, reduction=reduction)
+      params, batch, model_config=model_config, reduction=reduction,
+      loss_chunk_size=loss_chunk_size)
   commands = jnp.sum(jnp.any(batch['command_ids'] > 0, axis=1).astype(jnp.float32))
   return {
       'grads': jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc['grads'], grads),
@@ -149,7 +150,8 @@ def _accumulate(params, acc, batch, model_config, reduction):
 def _accumulate_fn(donate: bool) -> Callable:
   # Donating the accumulator halves peak gradient memory on accelerators; the CPU
   # backend cannot donate and would warn on every call.
-  return jax.jit(_accumulate, static_argnames=('model_config', 'reduction'),
+  return jax.jit(_accumulate,
+                 static_argnames=('model_config', 'reduction', 'loss_chunk_size'),
                  donate_argnums=(1,) if donate else ())
 
 
@@ -157,7 +159,9 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
                            micro_batch: Mapping[str, np.ndarray], *,
                            model_config: qwen.QwenConfig,
                            mesh: jax.sharding.Mesh | None = None,
-                           reduction: str = 'decision') -> dict[str, Any]:
+                           reduction: str = 'decision',
+                           loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE
+                           ) -> dict[str, Any]:
   """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
 
   Args:
@@ -169,6 +173,8 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
     mesh: the training mesh (`setup.make_mesh_from`): rows are split over
       ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
     reduction: `sft.loss_reduction` (module docstring; grpo.NLL_REDUCTIONS).
+    loss_chunk_size: command positions per vocabulary chunk of the head and NLL
+      (`batching.loss_chunk_size`; rl/token_stats.py); None = unchunked.
   Returns:
     acc + {grads: ∂(loss sum)/∂params, loss_sum: the reduction's sum, count: its
     divisor (commands, or command tokens for 'token'), commands, token_nll /
@@ -178,7 +184,7 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
   batch = setup_lib.place_batch(_step_batch(micro_batch), mesh)
   with setup_lib.mesh_context(mesh):
     return _accumulate_fn(donate)(params, acc, batch, model_config=model_config,
-                                  reduction=reduction)
+                                  reduction=reduction, loss_chunk_size=loss_chunk_size)
 
 
 def _summary(acc: Mapping[str, Any], grads: Any) -> dict[str, jax.Array]:
@@ -226,7 +232,8 @@ def _skipped_summary(acc: Mapping[str, Any], params: Any) -> dict[str, jax.Array
 def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                model_config: qwen.QwenConfig, opt: OptimizerConfig,
-               mesh: jax.sharding.Mesh | None = None, reduction: str = 'decision'
+               mesh: jax.sharding.Mesh | None = None, reduction: str = 'decision',
+               loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE
                ) -> tuple[Any, Any, dict[str, float]]:
   """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
 
@@ -244,7 +251,7 @@ def train_step(params: Any, opt_state: Any,
   acc = zero_accumulator(params)
   for mb in micro_batches:
     acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh,
-                                 reduction=reduction)
+                                 reduction=reduction, loss_chunk_size=loss_chunk_size)
   with setup_lib.mesh_context(mesh):
     finite = nonfinite.is_finite(acc['loss_sum'], acc['grads'])
     if finite:
@@ -256,23 +263,27 @@ def train_step(params: Any, opt_state: Any,
   return params, opt_state, metrics
 
 
-@functools.partial(jax.jit, static_argnames=('model_config', 'reduction'))
-def _nll_sums(params, batch, model_config, reduction):
-  logits = grpo.command_logits(model_config, params, batch)
-  total, count, _ = grpo.command_nll_from_logits(logits, batch, reduction=reduction)
+@functools.partial(jax.jit, static_argnames=('model_config', 'reduction',
+                                             'loss_chunk_size'))
+def _nll_sums(params, batch, model_config, reduction, loss_chunk_size):
+  stats = grpo.command_token_stats(model_config, params, batch, entropy=False,
+                                   correct=True, chunk_size=loss_chunk_size)
+  total, count, _ = grpo.command_nll_from_token_stats(stats, batch, reduction=reduction)
   return total, count
 
 
 def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                  model_config: qwen.QwenConfig,
                  mesh: jax.sharding.Mesh | None = None,
-                 reduction: str = 'decision') -> float:
-  """The SFT loss of `reduction` over the micro-batches, no gradient (the dev loss)."""
+                 reduction: str = 'decision',
+                 loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE) -> float:
+  """The SFT loss of `reduction` over the micro-batches, no gradient (the dev loss);
+  vocabulary chunks of `loss_chunk_size` command positions."""
   total, count = 0.0, 0.0
   for mb in micro_batches:
     with setup_lib.mesh_context(mesh):
       t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config,
-                       reduction)
+                       reduction, loss_chunk_size)
     total += float(t)
     count += float(c)
   return total / max(count, 1.0)

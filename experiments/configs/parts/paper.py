@@ -62,6 +62,11 @@ def _model(c: ml_collections.ConfigDict) -> None:
   c.model.dtype = 'bfloat16'           # compute dtype on accelerators
   c.model.param_dtype = 'float32'
   c.model.remat = True                 # 8,192-token inputs need rematerialization
+  # Attention kernel (models/attention.py): 'auto' = Pallas flash on TPU, cuDNN on GPU
+  # (bf16), blockwise online softmax elsewhere; memory linear in the input length.
+  c.model.attn_implementation = 'auto'
+  c.model.attn_block_q = 512           # decision: query / key block of blockwise and
+  c.model.attn_block_kv = 512          # pallas (tokens)
   c.model.mesh_data = -1               # mesh axes (models/sharding.py); -1 = the rest
   c.model.mesh_fsdp = 1
   c.model.mesh_tensor = 1
@@ -113,6 +118,9 @@ def _sampling(c: ml_collections.ConfigDict) -> None:
   # longest prompt, so a full 8,192-token x_t pads to 8,256, not to 16,384.
   c.sampling.prompt_buckets = derived.derived_buckets_ref(derived.MIN_PROMPT_BUCKET,
                                                         _max_prompt_ref(c))
+  # One prefill per distinct prompt of a sampler call, its KV cache shared by the rows
+  # that repeat it (the K rollouts' x_0); same tokens as without sharing.
+  c.sampling.share_prefill = True
 
 
 def _batching(c: ml_collections.ConfigDict) -> None:
@@ -127,6 +135,9 @@ def _batching(c: ml_collections.ConfigDict) -> None:
   c.batching.command_buckets = derived.derived_buckets_ref(
       derived.MIN_COMMAND_BUCKET, c.sampling.get_ref('max_command_tokens'))
   c.batching.sort_by_length = True     # fewer padded tokens; same update sum
+  # Command positions per vocabulary chunk of the learner's head + loss
+  # (rl/token_stats.py): no [B, L, V] array; None = unchunked.
+  c.batching.loss_chunk_size = ml_collections.FieldReference(128, field_type=int)
 
 
 def _sft(c: ml_collections.ConfigDict) -> None:
@@ -378,6 +389,7 @@ def _checkpoint(c: ml_collections.ConfigDict) -> None:
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.max_to_keep = 3         # decision: newest N kept (+ SFT's best)
   c.checkpoint.save_every = 10         # decision: updates (RL) / steps (SFT) per save
+  c.checkpoint.async_save = True       # write in the background (train/checkpoints.py)
 
 
 def _metrics(c: ml_collections.ConfigDict) -> None:

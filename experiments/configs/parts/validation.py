@@ -18,6 +18,7 @@ from experiments.configs.parts import curriculum
 from experiments.configs.parts import library
 from experiments.configs.parts import paper
 from vermem_jax import paths
+from vermem_jax.models import qwen_config
 
 SOLVER_BACKENDS = ('oracle', 'llm', 'openai_compatible')  # = train.task_solver_setup's
 ACTION_SOLVER_BACKENDS = ('gold_plan', 'llm', 'openai_compatible')  # its ACTION_BACKENDS
@@ -50,6 +51,13 @@ def _check_model(config: ml_collections.ConfigDict) -> None:
   _require(config.model.dtype in DTYPES, 'model.dtype', f'expected one of {DTYPES}')
   _require(config.model.param_dtype in DTYPES, 'model.param_dtype',
            f'expected one of {DTYPES}')
+  impls = qwen_config.ATTN_IMPLEMENTATIONS
+  _require(config.model.attn_implementation in impls, 'model.attn_implementation',
+           f'expected one of {impls}')
+  for key in ('attn_block_q', 'attn_block_kv'):
+    value = config.model[key]
+    _require(isinstance(value, int) and value >= 1, f'model.{key}',
+             f'must be an int >= 1, got {value!r}')
   if config.scale == 'paper' and config.phase not in curriculum.AGGREGATE_CONFIGS:
     _require(bool(config.model.hf_checkpoint), 'model.hf_checkpoint',
              'paper scale needs a Hugging Face Qwen folder: pass '
@@ -70,6 +78,8 @@ def _check_sampling(config: ml_collections.ConfigDict) -> None:
   _require(s.eval_temperature >= 0.0, 'sampling.eval_temperature', 'must be >= 0')
   _require(0.0 < s.top_p <= 1.0, 'sampling.top_p', 'must be in (0, 1]')
   _require(s.max_command_tokens >= 1, 'sampling.max_command_tokens', 'must be >= 1')
+  _require(isinstance(s.share_prefill, bool), 'sampling.share_prefill',
+           f'must be a bool, got {s.share_prefill!r}')
   _require(isinstance(s.prompt_overhead_tokens, int) and s.prompt_overhead_tokens >= 0,
            'sampling.prompt_overhead_tokens',
            f'must be an int >= 0, got {s.prompt_overhead_tokens!r}')
@@ -99,6 +109,10 @@ def _check_buckets(config: ml_collections.ConfigDict) -> None:
   _require(b.command_buckets[-1] >= s.max_command_tokens, 'batching.command_buckets',
            f'largest bucket {b.command_buckets[-1]} < max_command_tokens '
            f'{s.max_command_tokens}')
+  _require(b.loss_chunk_size is None or (isinstance(b.loss_chunk_size, int)
+                                         and b.loss_chunk_size >= 1),
+           'batching.loss_chunk_size', f'must be None or an int >= 1, got '
+           f'{b.loss_chunk_size!r}')
 
 
 def _check_optimizer(section: ml_collections.ConfigDict, name: str) -> None:
@@ -271,6 +285,8 @@ def _check_eval(config: ml_collections.ConfigDict) -> None:
 def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
   _require(config.checkpoint.max_to_keep >= 1, 'checkpoint.max_to_keep', 'must be >= 1')
   _require(config.checkpoint.save_every >= 1, 'checkpoint.save_every', 'must be >= 1')
+  _require(isinstance(config.checkpoint.get('async_save', True), bool),
+           'checkpoint.async_save', 'must be a bool')
 
 
 def _check_metrics(config: ml_collections.ConfigDict) -> None:

@@ -1,0 +1,233 @@
+r"""Paper-scale check on one accelerator: learner step and decode at 8,192-token inputs.
+
+Runs, for a Qwen2.5-0.5B-sized model with random weights (bfloat16 compute, float32
+parameters, decoder-layer rematerialization, attention `--attn_implementation`, auto =
+cuDNN flash attention on GPU), in one process that should finish in well under ten
+minutes on one modern GPU:
+  learner  `train.rl_learner.grpo_step` (reference forward, policy forward + backward,
+           exact KL over the vocabulary in chunks of --loss_chunk_size command
+           positions) on B = --learner_batch rows of T = --length tokens, the last
+           --command_tokens of each row being the command;
+  decode   `models.sampling.generate`, greedy, batch --decode_batch, prompts of
+           T - --new_tokens tokens (left-padded, varied lengths), --new_tokens new
+           tokens, KV cache of T slots (prefill inside the timing).
+For each it prints tokens/s (learner: B·T per step; decode: batch·new tokens per call,
+and prefill + decode tokens per second), peak device memory (`memory_stats`; on CPU the
+compile-time temp bytes instead) and model FLOPs utilization: MFU = model FLOPs per
+second / peak FLOPs per second of the device, with model FLOPs counted per token as
+2·N (forward) for the non-embedding parameters N, plus 4·n_layers·d_attn·context for
+the causal attention scores and values (context = position + 1 averaged over the
+sequence), times 3 for forward + backward of the policy (rematerialized forwards not
+counted), plus the vocabulary head at the command positions only (what the loss
+computes), and for decode the same forward counts of prefill and every step. The peak
+comes from --peak_tflops, else a table of known GPUs (bf16 dense), else MFU is omitted.
+
+It has NOT been run on a GPU in this repository's development (no accelerator was
+available); its CPU-runnable parts are exercised at tiny sizes:
+  .venv/bin/python experiments/benchmarks/gpu_check.py --preset=tiny --length=256 \
+      --command_tokens=32 --learner_batch=2 --decode_batch=4 --new_tokens=8 \
+      --vocab_size=4096 --repeats=1
+On a GPU (defaults = the paper-scale check):
+  python experiments/benchmarks/gpu_check.py --out=gpu_check.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if _REPO not in sys.path:
+  sys.path.insert(0, _REPO)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bench_common  # noqa: E402  (this folder is on sys.path)
+from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.models import sampling  # noqa: E402
+from vermem_jax.rl import grpo  # noqa: E402
+from vermem_jax.train import rl_learner  # noqa: E402
+
+GIB = 1024 ** 3
+# Dense bf16 peak TFLOP/s by device kind substring (vendor data sheets, SXM parts).
+PEAK_TFLOPS = (('H200', 989.0), ('H100', 989.0), ('A100', 312.0), ('L40S', 362.0),
+               ('A10G', 125.0), ('L4', 121.0), ('V100', 125.0))
+
+
+def _parser():
+  ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  ap.add_argument('--preset', default='qwen2.5-0.5b-instruct')
+  ap.add_argument('--vocab_size', type=int, default=None, help='override the preset')
+  ap.add_argument('--attn_implementation', default='auto')
+  ap.add_argument('--length', type=int, default=8192, help='T tokens per row')
+  ap.add_argument('--command_tokens', type=int, default=256)
+  ap.add_argument('--learner_batch', type=int, default=4)
+  ap.add_argument('--loss_chunk_size', type=int, default=grpo.DEFAULT_LOSS_CHUNK_SIZE)
+  ap.add_argument('--decode_batch', type=int, default=64)
+  ap.add_argument('--new_tokens', type=int, default=256)
+  ap.add_argument('--repeats', type=int, default=3)
+  ap.add_argument('--peak_tflops', type=float, default=None,
+                  help='device peak (bf16 dense) for MFU; default from the GPU name')
+  ap.add_argument('--skip', default='', help='parts to skip: learner, decode')
+  bench_common.add_out_flag(ap)
+  return ap
+
+
+def non_embedding_params(cfg: qwen.QwenConfig) -> int:
+  """Parameters of the decoder layers and final norm (what every token multiplies)."""
+  d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
+  n, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+  attn = d * n * hd + 2 * d * kv * hd + n * hd * d
+  if cfg.attention_bias:
+    attn += n * hd + 2 * kv * hd
+  if cfg.qk_norm:
+    attn += 2 * hd
+  per_layer = attn + 3 * d * f + 2 * d
+  return cfg.num_hidden_layers * per_layer + d
+
+
+def forward_flops(cfg: qwen.QwenConfig, tokens: int, mean_context: float) -> float:
+  """Model FLOPs of a forward over `tokens` tokens (no vocabulary head)."""
+  attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
+  return tokens * (2 * non_embedding_params(cfg) + attn * mean_context)
+
+
+def head_flops(cfg: qwen.QwenConfig, positions: int) -> float:
+  return 2.0 * positions * cfg.hidden_size * cfg.vocab_size
+
+
+def device_peak(args) -> float | None:
+  if args.peak_tflops:
+    return args.peak_tflops * 1e12
+  kind = jax.devices()[0].device_kind
+  for name, tflops in PEAK_TFLOPS:
+    if name.lower() in kind.lower():
+      return tflops * 1e12
+  return None
+
+
+def peak_memory() -> int | None:
+  stats = jax.devices()[0].memory_stats() or {}
+  return stats.get('peak_bytes_in_use')
+
+
+def learner_check(cfg, params, ref_params, args, peak) -> dict:
+  b, t, l = args.learner_batch, args.length, args.command_tokens
+  rs = np.random.RandomState(0)
+  lengths = np.full(b, t)
+  lengths[1:] = rs.randint(t // 2, t + 1, b - 1)  # one full row, others shorter
+  ids = rs.randint(0, cfg.vocab_size, (b, t)).astype(np.int32)
+  mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
+  pos = np.stack([np.arange(n - l - 1, n - 1) for n in lengths]).astype(np.int32)
+  batch = {'input_ids': ids, 'attention_mask': mask, 'command_positions': pos,
+           'target_ids': rs.randint(0, cfg.vocab_size, (b, l)).astype(np.int32),
+           'command_ids': np.repeat(np.arange(1, b + 1, dtype=np.int32)[:, None], l, 1),
+           'advantages': rs.randn(b, l).astype(np.float32),
+           'old_logprobs': np.zeros((b, l), np.float32)}
+  batch = {k: jnp.asarray(x) for k, x in batch.items()}
+  step = jax.jit(lambda p, r, x: rl_learner.grpo_step(
+      p, r, x, model_config=cfg, clip_epsilon=0.2, kl_beta=0.1, kl_estimator='exact',
+      temperature=0.7, old_from_learner=True, loss_chunk_size=args.loss_chunk_size))
+  t0 = time.perf_counter()
+  compiled = step.lower(params, ref_params, batch).compile()
+  compile_s = time.perf_counter() - t0
+  temp = int(compiled.memory_analysis().temp_size_in_bytes)
+  first, sec = bench_common.time_median(lambda: jax.block_until_ready(compiled(params, ref_params, batch)),
+                      args.repeats)
+  real = int(mask.sum())
+  # Every position of a row attends its prefix: mean context (T_row + 1) / 2.
+  ctx = float(np.sum(lengths * (lengths + 1) / 2) / real)
+  flops = (3 * forward_flops(cfg, real, ctx) + forward_flops(cfg, real, ctx)
+           + 4 * head_flops(cfg, b * l))
+  out = {'rows': b, 'length': t, 'command_tokens': l, 'real_tokens': real,
+         'seconds': sec, 'tokens_per_s': b * t / sec, 'real_tokens_per_s': real / sec,
+         'compile_s': compile_s, 'first_call_s': first, 'temp_gib': temp / GIB,
+         'model_tflops_per_step': flops / 1e12}
+  mem = peak_memory()
+  out['peak_memory_gib'] = None if mem is None else mem / GIB
+  out['mfu'] = None if peak is None else flops / sec / peak
+  return out
+
+
+def decode_check(cfg, params, args, peak) -> dict:
+  b, n = args.decode_batch, args.new_tokens
+  p = args.length - n
+  rs = np.random.RandomState(1)
+  lens = rs.randint(p // 2, p + 1, b)
+  lens[0] = p
+  prompts = [rs.randint(0, cfg.vocab_size, k).tolist() for k in lens]
+  kw = dict(rng=0, max_new_tokens=n, temperature=0.0, stop_token_ids=(), pad_token_id=0,
+            prompt_buckets=(p,))
+  first, sec = bench_common.time_median(lambda: jax.block_until_ready(
+      sampling.generate(cfg, params, prompts, **kw).tokens), args.repeats)
+  real = int(lens.sum())
+  prefill = forward_flops(cfg, real, float(np.sum(lens * (lens + 1) / 2) / real))
+  steps = forward_flops(cfg, b * n, float(np.mean(lens)) + n / 2)
+  flops = prefill + steps + head_flops(cfg, b * (n + 1))
+  out = {'batch': b, 'prompt_bucket': p, 'new_tokens': n, 'seconds': sec,
+         'tokens_per_s': b * n / sec, 'prefill_and_new_tokens_per_s': (real + b * n) / sec,
+         'first_call_s': first, 'model_tflops_per_call': flops / 1e12}
+  mem = peak_memory()
+  out['peak_memory_gib'] = None if mem is None else mem / GIB
+  out['mfu'] = None if peak is None else flops / sec / peak
+  return out
+
+
+def main(argv=None):
+  args = _parser().parse_args(argv)
+  overrides = dict(dtype='bfloat16', param_dtype='float32', remat=True,
+                   attn_implementation=args.attn_implementation)
+  if args.vocab_size:
+    overrides['vocab_size'] = args.vocab_size
+  cfg = qwen.QwenConfig.preset(args.preset, **overrides)
+  if args.length > cfg.max_position_embeddings:
+    raise SystemExit(f'--length {args.length} > max_position_embeddings')
+  peak = device_peak(args)
+  dev = jax.devices()[0]
+  print(f'device: {dev.device_kind} ({jax.default_backend()}), {len(jax.devices())} '
+        f'device(s); peak {"unknown (no MFU)" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"}; '
+        f'model {args.preset} ({non_embedding_params(cfg) / 1e6:.0f}M non-embedding '
+        f'parameters, V={cfg.vocab_size}), bf16 compute, remat, attention '
+        f'{args.attn_implementation}; load average {os.getloadavg()[0]:.1f}', flush=True)
+  t0 = time.perf_counter()
+  params = qwen.init_params(cfg, jax.random.PRNGKey(0))
+  ref_params = qwen.init_params(cfg, jax.random.PRNGKey(1))
+  jax.block_until_ready((params, ref_params))
+  figures = {'device': dev.device_kind, 'backend': jax.default_backend(),
+             'preset': args.preset, 'vocab_size': cfg.vocab_size,
+             'attn_implementation': args.attn_implementation,
+             'init_s': time.perf_counter() - t0}
+  if 'learner' not in args.skip:
+    r = learner_check(cfg, params, ref_params, args, peak)
+    figures['learner'] = r
+    print(f'learner step: B={r["rows"]} x T={r["length"]} ({r["command_tokens"]} command '
+          f'tokens/row, exact KL): {r["seconds"]:.3f} s/step, {r["tokens_per_s"]:.0f} '
+          f'tokens/s, compile {r["compile_s"]:.1f} s, temp {r["temp_gib"]:.2f} GiB, peak '
+          f'memory {_gib(r["peak_memory_gib"])}, MFU {_pct(r["mfu"])}', flush=True)
+  if 'decode' not in args.skip:
+    r = decode_check(cfg, params, args, peak)
+    figures['decode'] = r
+    print(f'decode: batch {r["batch"]}, prompts <= {r["prompt_bucket"]}, '
+          f'{r["new_tokens"]} new tokens: {r["seconds"]:.2f} s/call, '
+          f'{r["tokens_per_s"]:.0f} new tokens/s ({r["prefill_and_new_tokens_per_s"]:.0f} '
+          f'prefill + new tokens/s), first call {r["first_call_s"]:.1f} s, peak memory '
+          f'{_gib(r["peak_memory_gib"])}, MFU {_pct(r["mfu"])}', flush=True)
+  figures['total_s'] = time.perf_counter() - t0
+  print(f'total {figures["total_s"]:.0f} s')
+  bench_common.write_figures(args.out, figures)
+  return 0
+
+
+def _gib(x):
+  return 'n/a' if x is None else f'{x:.2f} GiB'
+
+
+def _pct(x):
+  return 'n/a' if x is None else f'{100 * x:.1f}%'
+
+
+if __name__ == '__main__':
+  sys.exit(main())
