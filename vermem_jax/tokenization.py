@@ -218,7 +218,13 @@ class SentencePieceTokenizer(Tokenizer):
   Special ids: `eos_token_id` is the model's eos id (`</s>`), or `<|im_end|>` if the
   model was trained without eos; `pad_token_id` is the pad id if trained with one,
   else eos. Train with `user_defined_symbols=['<|im_start|>', '<|im_end|>']` so the
-  ChatML fallback markers are single tokens.
+  ChatML fallback markers are single tokens (`vermem_jax.tokenizer_build` does, and
+  adds `<|endoftext|>`, `∅` and the newline).
+
+  `splits_after_newline` (memory.token_count) is declared when
+  `sentencepiece_splits_after_newline` proves it from the model file. SentencePiece
+  maps spaces to U+2581 and back, so a text that itself contains U+2581 does not
+  round-trip through encode/decode (it decodes as a space).
   """
 
   def __init__(self, path: str):
@@ -231,6 +237,8 @@ class SentencePieceTokenizer(Tokenizer):
       self.sp.Load(path)
     except (OSError, RuntimeError) as e:
       raise ValueError(f"cannot load SentencePiece model {path!r}: {e}") from e
+    self.splits_after_newline = sentencepiece_splits_after_newline(
+        self.sp.serialized_model_proto())
     self.vocab_size = int(self.sp.GetPieceSize())
     eos = int(self.sp.eos_id())
     if eos < 0:
@@ -266,6 +274,40 @@ class SentencePieceTokenizer(Tokenizer):
     if i == self.sp.unk_id() and token != self.sp.IdToPiece(i):
       return None
     return i
+
+
+def sentencepiece_splits_after_newline(model_proto: bytes) -> bool:
+  """Whether a SentencePiece model meets the premises of `splits_after_newline`.
+
+  True only for a BPE model with identity normalization (no rule table), no dummy
+  prefix, no whitespace clean-up, and the newline as a USER_DEFINED piece. Then
+  `count(a + "\\n" + b) == count(a) + 1 + count(b)` for all strings a, b: the input is
+  not rewritten (identity, nothing added or removed), a user-defined symbol is matched
+  as one frozen symbol before BPE, and BPE never merges a pair containing a frozen
+  symbol; every merge is local to a pair, so the greedy merges on the two sides of the
+  newline are those of a and b encoded alone. Hence `count(a + "\\n") + count(b)` is
+  the same sum (tests/test_tokenization.py checks it on random strings).
+
+  Args:
+    model_proto: the serialized `ModelProto` (`SentencePieceProcessor.
+      serialized_model_proto()`).
+  Returns:
+    bool; False for anything else, including a proto that does not parse.
+  """
+  try:
+    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+    m = sentencepiece_model_pb2.ModelProto()
+    m.ParseFromString(model_proto)
+  except Exception:  # pylint: disable=broad-except
+    return False
+  norm = m.normalizer_spec
+  if (m.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.BPE
+      or norm.name != "identity" or norm.normalization_rule_tsv
+      or norm.precompiled_charsmap or norm.add_dummy_prefix
+      or norm.remove_extra_whitespaces):
+    return False
+  user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+  return any(p.piece == "\n" and p.type == user_defined for p in m.pieces)
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
@@ -358,5 +400,5 @@ def check_tokenizer_model_compat(tokenizer: Tokenizer, model_config: Any) -> Non
 __all__ = [
     "Tokenizer", "HFTokenizer", "SentencePieceTokenizer", "load_tokenizer",
     "check_tokenizer_path", "check_tokenizer_model_compat",
-    "render_chatml", "STOP_TOKEN_STRINGS",
+    "render_chatml", "STOP_TOKEN_STRINGS", "sentencepiece_splits_after_newline",
 ]
