@@ -3,6 +3,8 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
+from experiments.configs.parts import derived
+from experiments.configs.parts import library
 from vermem_jax.rl import batching as bt
 
 
@@ -187,7 +189,7 @@ def test_decision_from_policy_output():
 def test_config_section_builds_batching_config():
   for scale in ('tiny', 'paper'):
     c = common.get_config('phase_b', f'scale={scale}')
-    bc = common.to_dataclass(bt.BatchingConfig, c.batching)
+    bc = library.to_dataclass(bt.BatchingConfig, c.batching)
     # The longest row: x_t + chat-template framing + command.
     assert bc.length_buckets[-1] == (c.memory.policy_input_limit +
                                      c.sampling.prompt_overhead_tokens +
@@ -195,7 +197,7 @@ def test_config_section_builds_batching_config():
     assert bc.command_buckets[-1] == c.sampling.max_command_tokens
   # SPEC §1 input limit + reserved template tokens + paper command limit.
   assert bt.BatchingConfig().length_buckets[-1] == 8192 + 64 + 256
-  assert bt.BatchingConfig().length_buckets == tuple(common.power_of_two_buckets(
+  assert bt.BatchingConfig().length_buckets == tuple(derived.power_of_two_buckets(
       256, 8192 + 64 + 256))
 
 
@@ -204,7 +206,7 @@ def test_full_length_decision_fits_the_config_buckets():
   # framing, a max-length command) packs into the largest bucket, at both scales.
   for scale in ('tiny', 'paper'):
     c = common.get_config('phase_b', f'scale={scale}')
-    bc = common.to_dataclass(bt.BatchingConfig, c.batching)
+    bc = library.to_dataclass(bt.BatchingConfig, c.batching)
     prompt = [7] * (c.memory.policy_input_limit + c.sampling.prompt_overhead_tokens)
     cmd = [9] * c.sampling.max_command_tokens
     d = bt.DecisionTokens(prompt, cmd, [-0.1] * len(cmd), 1.0)

@@ -7,6 +7,10 @@ import os
 import pytest
 
 from experiments.configs import common
+from experiments.configs.parts import derived
+from experiments.configs.parts import library
+from experiments.configs.parts import paper
+from experiments.configs.parts import validation
 from vermem_jax import paths
 from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import config as memory_config
@@ -69,7 +73,7 @@ def _get(c, path):
 @pytest.mark.parametrize('phase', PHASES)
 def test_paper_scale_carries_spec_values(phase):
   c = _paper(phase)
-  common.validate_config(c)
+  validation.validate_config(c)
   for path, value in SPEC_VALUES:
     assert _get(c, path) == value, path
   assert c.phase == phase and c.scale == 'paper'
@@ -90,12 +94,12 @@ def test_paper_phase_specific_values():
 def test_tiny_scale_defaults_run_anywhere(phase, data_dir, qwen25_tokenizer_dir):
   c = common.get_config(phase)  # default arg: tiny
   assert c.scale == 'tiny'
-  common.validate_config(c, check_paths=True)
+  validation.validate_config(c, check_paths=True)
   assert c.model.preset == 'tiny' and c.model.hf_checkpoint is None
   assert c.tokenizer.path == paths.tokenizer_dir('qwen2.5') == qwen25_tokenizer_dir
   assert c.data.data_dir == data_dir
   for split in ('train', 'validation'):
-    assert os.path.isfile(hotpotqa.find_split_file(split, common.hotpotqa_dir(c)))
+    assert os.path.isfile(hotpotqa.find_split_file(split, library.hotpotqa_dir(c)))
   assert c.verifier.backend == 'heuristic' and c.solver.backend == 'oracle'
   if phase != 'sft':
     assert c.rl.tasks_per_update * c.rl.rollouts_per_task <= 8
@@ -170,82 +174,82 @@ def test_validate_names_bad_field(field, value, match):
     node = node[p]
   node[leaf] = value
   with pytest.raises(ValueError, match=match):
-    common.validate_config(c)
+    validation.validate_config(c)
 
 
 def test_paper_scale_requires_hf_checkpoint(tmp_path):
   c = common.get_config('phase_a', 'scale=paper')
   with pytest.raises(ValueError, match='config.model.hf_checkpoint: paper scale needs'):
-    common.validate_config(c)
+    validation.validate_config(c)
   c.model.hf_checkpoint = str(tmp_path / 'missing')
-  common.validate_config(c)
+  validation.validate_config(c)
   # The shared data root holds only the samples: paper scale refuses to train on them.
   with pytest.raises(ValueError, match='config.data.hotpotqa_dir: paper scale trains on '
                      'the full HotpotQA train split'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   (tmp_path / 'hotpotqa').mkdir()
-  (tmp_path / 'hotpotqa' / common.PAPER_TRAIN_FILE).write_text('[]')
+  (tmp_path / 'hotpotqa' / paper.PAPER_TRAIN_FILE).write_text('[]')
   c.data.hotpotqa_dir = str(tmp_path / 'hotpotqa')
   with pytest.raises(ValueError, match='config.model.hf_checkpoint.*not a directory'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   c.model.hf_checkpoint = str(tmp_path)
   with pytest.raises(ValueError, match='config.model.hf_checkpoint: .*config.json'):
-    common.validate_config(c, check_paths=True)  # a folder without config.json
+    validation.validate_config(c, check_paths=True)  # a folder without config.json
   (tmp_path / 'config.json').write_text(json.dumps(_HF_CONFIG))
   # tokenizer.path unset at paper scale: the checkpoint folder must hold the tokenizer.
   with pytest.raises(ValueError, match=r'config.tokenizer.path: .*holds none of .*'
                      r'read from model.hf_checkpoint'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   (tmp_path / 'tokenizer.json').write_text('{}')
-  common.validate_config(c, check_paths=True)
+  validation.validate_config(c, check_paths=True)
 
 
 def test_check_paths_names_missing_data_dir(tmp_path):
   c = common.get_config('sft')
   c.data.data_dir = str(tmp_path / 'nope')
   with pytest.raises(ValueError, match='config.data.data_dir'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
 
 
 def test_power_of_two_buckets():
-  assert common.power_of_two_buckets(256, 8448) == [256, 512, 1024, 2048, 4096, 8192, 8448]
-  assert common.power_of_two_buckets(16, 64) == [16, 32, 64]
+  assert derived.power_of_two_buckets(256, 8448) == [256, 512, 1024, 2048, 4096, 8192, 8448]
+  assert derived.power_of_two_buckets(16, 64) == [16, 32, 64]
   with pytest.raises(ValueError):
-    common.power_of_two_buckets(0, 8)
+    derived.power_of_two_buckets(0, 8)
 
 
 def test_library_configs_hold_spec_defaults():
   """The config layer and the libraries agree on every SPEC number (paper scale)."""
   for phase, op_space in (('phase_a', 'A'), ('phase_b', 'B'), ('phase_c', 'C')):
-    built = common.library_configs(_paper(phase))
+    built = library.library_configs(_paper(phase))
     assert built['memory'] == memory_config.ExecutorConfig(phase=op_space)
     assert built['advantage'] == advantages.AdvantageConfig()
     assert built['reward'] == rewards.RewardConfig()
-    assert built['episodes'].num_train == common.PAPER_EPISODES[phase][0]
+    assert built['episodes'].num_train == paper.PAPER_EPISODES[phase][0]
     assert built['env'].rollout_limit == built['episodes'].rollout_limit
-  tiny = common.library_configs(common.get_config('phase_b'))
+  tiny = library.library_configs(common.get_config('phase_b'))
   assert tiny['verifier'].backend == 'heuristic'
   assert tiny['episodes'].context_budget == tiny['memory'].context_budget
 
 
 def test_model_config_from_preset_or_hf_folder(tmp_path):
-  tiny = common.model_config(common.get_config('sft'))
+  tiny = library.model_config(common.get_config('sft'))
   assert tiny.vocab_size == 151936 and tiny.dtype == 'float32'
   paper = common.get_config('phase_a', 'scale=paper')
-  cfg = common.model_config(paper)  # no checkpoint set: the named preset
+  cfg = library.model_config(paper)  # no checkpoint set: the named preset
   assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.dtype, cfg.remat) == (
       3584, 28, 'bfloat16', True)
   (tmp_path / 'config.json').write_text(json.dumps(_HF_CONFIG))
   paper.model.hf_checkpoint = str(tmp_path)
-  cfg = common.model_config(paper)
+  cfg = library.model_config(paper)
   assert (cfg.vocab_size, cfg.hidden_size, cfg.dtype) == (1000, 64, 'bfloat16')
   paper.model.hf_checkpoint = str(tmp_path / 'nope')
   with pytest.raises(ValueError, match='config.model.hf_checkpoint'):
-    common.model_config(paper)
+    library.model_config(paper)
   paper.model.hf_checkpoint = None
   paper.model.preset = 'qwen9'
   with pytest.raises(ValueError, match="config.model.preset: unknown Qwen preset 'qwen9'"):
-    common.model_config(paper)
+    library.model_config(paper)
 
 
 def test_context_budget_is_one_shared_field():
@@ -256,7 +260,7 @@ def test_context_budget_is_one_shared_field():
   assert c.episodes.context_budget == 900
   c.episodes.context_budget = 700
   assert c.memory.context_budget == 700
-  common.validate_config(c)
+  validation.validate_config(c)
 
 
 def test_to_dataclass():
@@ -267,9 +271,9 @@ def test_to_dataclass():
 
   section = {'mode': 'no_verify', 'clip': 2.0, 'extra': 1}
   with pytest.raises(ValueError, match=r"Small has no field\(s\) \['extra'\]"):
-    common.to_dataclass(Small, section)
-  assert common.to_dataclass(Small, section, strict=False) == Small('no_verify', 2.0)
-  assert common.to_dataclass(Small, {'mode': 'x'}, clip=3.0) == Small('x', 3.0)
+    library.to_dataclass(Small, section)
+  assert library.to_dataclass(Small, section, strict=False) == Small('no_verify', 2.0)
+  assert library.to_dataclass(Small, {'mode': 'x'}, clip=3.0) == Small('x', 3.0)
 
 
 @pytest.mark.parametrize('scale, prompt, length', [
@@ -286,13 +290,13 @@ def test_buckets_end_at_prompt_and_row_limits(scale, prompt, length):
   assert prompt[-1] == c.memory.policy_input_limit + 64
   assert c.batching.length_buckets == length
   assert length[-1] == prompt[-1] + c.sampling.max_command_tokens
-  assert common.derived_buckets(c) == {'sampling.prompt_buckets': prompt,
-                                       'batching.length_buckets': length,
-                                       'batching.command_buckets':
-                                           c.batching.command_buckets}
+  assert derived.derived_buckets(c) == {'sampling.prompt_buckets': prompt,
+                                        'batching.length_buckets': length,
+                                        'batching.command_buckets':
+                                            c.batching.command_buckets}
   # The plain values reach the libraries (to_dict resolves the references).
   assert c.sampling.to_dict()['prompt_buckets'] == prompt
-  assert common.library_configs(c)['batching'].length_buckets == length
+  assert library.library_configs(c)['batching'].length_buckets == length
   # The sampling section maps 1:1 onto the policy's sampling dataclass (what the
   # trainers build), so the sampler gets the same prompt buckets and overhead.
   from vermem_jax.rl import policy  # pylint: disable=g-import-not-at-top
@@ -310,17 +314,17 @@ def test_overriding_limits_moves_derived_buckets():
   c.sampling.prompt_overhead_tokens = 100
   assert c.sampling.prompt_buckets[-1] == 1100
   assert c.batching.length_buckets[-1] == 1140
-  common.validate_config(c)
+  validation.validate_config(c)
   # An explicit bucket tuple replaces the derivation and no longer follows the limit.
   c.batching.length_buckets = (512, 4096)
   c.memory.policy_input_limit = 2000
   assert c.batching.length_buckets == (512, 4096)
   assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 2100)
-  common.validate_config(c)
+  validation.validate_config(c)
   c.memory.policy_input_limit = 4000  # 4000 + 100 + 40 > 4096
   with pytest.raises(ValueError, match='config.batching.length_buckets: largest bucket '
                      '4096'):
-    common.validate_config(c)
+    validation.validate_config(c)
 
 
 def _parse_flags(config_file, *overrides):
@@ -349,7 +353,7 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
                    '--config.sft.teacher_base_url=http://127.0.0.1:9/v1',
                    '--config.sft.teacher_model=qwen-teacher',
                    '--config.sft.teacher_timeout_s=5', '--config.sft.teacher_max_tokens=99')
-  common.validate_config(c)
+  validation.validate_config(c)
   data_cfg = sft._sft_data_config(c)  # pylint: disable=protected-access
   assert data_cfg.teacher_backend == 'openai_compatible'
   assert data_cfg.teacher_base_url == 'http://127.0.0.1:9/v1'
@@ -358,25 +362,26 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
   assert sft.trajectory_fingerprint(c)['teacher_backend'] == 'openai_compatible'
   c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible')
   with pytest.raises(ValueError, match='config.sft.teacher_base_url'):
-    common.validate_config(c)
+    validation.validate_config(c)
 
 
 def test_old_logprobs_field():
-  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_resume  # pylint: disable=g-import-not-at-top
   for phase in ('phase_a', 'phase_b', 'phase_c'):
     assert _paper(phase).rl.old_logprobs == 'learner'
   assert common.get_config('phase_b').rl.old_logprobs == 'learner'
-  assert common.get_config('phase_b').rl.old_logprobs == rl_phase.DEFAULT_OLD_LOGPROBS
-  assert common.OLD_LOGPROBS_SOURCES == rl_phase.OLD_LOGPROBS_SOURCES
+  assert common.get_config('phase_b').rl.old_logprobs == rl_learner.DEFAULT_OLD_LOGPROBS
+  assert validation.OLD_LOGPROBS_SOURCES == rl_learner.OLD_LOGPROBS_SOURCES
   c = _parse_flags('phase_b.py', '--config.rl.old_logprobs=sampler')
-  common.validate_config(c)
-  assert rl_phase.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
+  validation.validate_config(c)
+  assert rl_resume.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
 
 
 def test_model_config_is_the_trainers():
   from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
   c = common.get_config('phase_b')
-  assert common.model_config(c) == setup.model_config_from(c)
+  assert library.model_config(c) == setup.model_config_from(c)
 
 
 def test_command_line_override_keeps_buckets_consistent():
@@ -399,18 +404,18 @@ def test_command_line_override_keeps_buckets_consistent():
   assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 3064)
   # 3064 + the tiny max_command_tokens (160).
   assert c.batching.length_buckets == (256, 512, 1024, 2048, 3224)
-  common.validate_config(c)
+  validation.validate_config(c)
   c = parse('--config.memory.policy_input_limit=3000',
             '--config.sampling.prompt_buckets=(1024, 3064)',
             '--config.sampling.max_command_tokens=32')
   assert c.sampling.prompt_buckets == (1024, 3064)
   assert c.batching.length_buckets == (256, 512, 1024, 2048, 3096)
   assert c.batching.command_buckets == (16, 32)
-  common.validate_config(c)
+  validation.validate_config(c)
   c = parse('--config.sampling.prompt_buckets=(256, 512)')  # tiny needs 768 + 64
   with pytest.raises(ValueError, match='config.sampling.prompt_buckets: largest bucket '
                      '512 < '):
-    common.validate_config(c)
+    validation.validate_config(c)
 
 
 def test_check_paths_names_missing_split_file_and_bad_tokenizer(tmp_path):
@@ -421,31 +426,31 @@ def test_check_paths_names_missing_split_file_and_bad_tokenizer(tmp_path):
   (tmp_path / 'hotpotqa').mkdir()  # exists, but holds no split file
   with pytest.raises(ValueError, match=r"config.data.hotpotqa_dir: no HotpotQA train "
                      r"file in .*hotpot_train_v1.1.json"):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   (tmp_path / 'hotpotqa' / 'train_sample.json').write_text('[]')
   c.tokenizer.path = str(tmp_path / 'missing_tok')
   with pytest.raises(ValueError, match='config.tokenizer.path: .*does not exist'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   (tmp_path / 'empty_tok').mkdir()
   c.tokenizer.path = str(tmp_path / 'empty_tok')
   with pytest.raises(ValueError, match='config.tokenizer.path: .*holds none of'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   sp = tmp_path / 'tok.model'  # a SentencePiece file is a valid tokenizer path
   sp.write_bytes(b'x')
   c.tokenizer.path = str(sp)
-  common.validate_config(c, check_paths=True)
+  validation.validate_config(c, check_paths=True)
 
 
 def test_tokenizer_must_fit_model_vocab(tmp_path, qwen25_tokenizer_dir):
   c = common.get_config('sft')
   c.tokenizer.path = qwen25_tokenizer_dir
-  common.check_tokenizer_fits_model(c)  # tiny preset: Qwen's 151,936 rows
+  validation.check_tokenizer_fits_model(c)  # tiny preset: Qwen's 151,936 rows
   small = dict(_HF_CONFIG, vocab_size=1000)
   (tmp_path / 'config.json').write_text(json.dumps(small))
   c.model.hf_checkpoint = str(tmp_path)
   with pytest.raises(ValueError, match=r"config.tokenizer.path: tokenizer .* has 151665 "
                      r"ids but the model's vocab_size \(embedding rows\) is 1000"):
-    common.check_tokenizer_fits_model(c)
+    validation.check_tokenizer_fits_model(c)
 
 
 def test_check_paths_names_missing_solver_and_verifier_checkpoints(tmp_path):
@@ -453,14 +458,14 @@ def test_check_paths_names_missing_solver_and_verifier_checkpoints(tmp_path):
   c.solver.hf_checkpoint = str(tmp_path / 'no_solver')
   with pytest.raises(ValueError, match=r"config.solver.hf_checkpoint: '.*no_solver' is "
                      'not a directory'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   c.solver.hf_checkpoint = None
   c.verifier.backend = 'local_model'
   c.verifier.checkpoint_path = str(tmp_path / 'no_judge')
   with pytest.raises(ValueError, match='config.verifier.checkpoint_path: .*no_judge'):
-    common.validate_config(c, check_paths=True)
+    validation.validate_config(c, check_paths=True)
   c.verifier.checkpoint_path = ''  # random-init verifier (tests): allowed
-  common.validate_config(c, check_paths=True)
+  validation.validate_config(c, check_paths=True)
 
 
 def test_tiny_tokenizer_path_follows_data_dir_and_name(tmp_path):

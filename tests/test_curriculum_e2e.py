@@ -21,9 +21,11 @@ import pytest
 
 from experiments import run as run_lib
 from experiments.configs import common
+from experiments.configs.parts import curriculum
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import rl_phase
+from vermem_jax.train import rl_resume
 
 # Shrunk sizes (same formulas) so the whole curriculum runs in about two minutes on a
 # 2-core CPU: short policy inputs, 16-token commands, 2 tasks x 2 rollouts, <= 2
@@ -83,7 +85,7 @@ def workdir():
 
 
 def test_every_phase_has_a_restorable_checkpoint_and_marker(workdir):
-  for phase in common.PHASE_ORDER:
+  for phase in curriculum.PHASE_ORDER:
     d = os.path.join(workdir, phase)
     assert os.path.isdir(d), phase
     marker = checkpoints.phase_complete_step(d)
@@ -126,11 +128,11 @@ def test_reference_policy_is_previous_phase_params(workdir):
   previous = {'phase_a': 'sft', 'phase_b': 'phase_a', 'phase_c': 'phase_b'}
   digests = {}
   for phase, prev in previous.items():
-    ref = rl_phase.read_reference(os.path.join(workdir, phase))
+    ref = rl_resume.read_reference(os.path.join(workdir, phase))
     assert ref is not None
     prev_params, prev_step = checkpoints.restore_params_only(
         os.path.join(workdir, prev), prefer_best=True)
-    digest = rl_phase.params_fingerprint(prev_params)
+    digest = rl_resume.params_fingerprint(prev_params)
     assert ref['reference_phase'] == prev
     assert ref['reference_step'] == prev_step
     assert ref['params_sha256'] == digest
@@ -146,7 +148,7 @@ def test_reference_policy_is_previous_phase_params(workdir):
   assert digests['phase_c'] != digests['phase_b']
   with checkpoints.PhaseCheckpointManager(os.path.join(workdir, 'phase_b')) as mgr:
     final_b = mgr.restore()
-  assert rl_phase.params_fingerprint(final_b.params) == digests['phase_c']
+  assert rl_resume.params_fingerprint(final_b.params) == digests['phase_c']
   # An independent comparison of the arrays themselves (phase_c's π_ref vs phase_b's
   # last checkpoint, restored without the fingerprint helper).
   ref_c, _ = checkpoints.restore_params_only(os.path.join(workdir, 'phase_b'))

@@ -24,6 +24,7 @@ from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy as pol
 from vermem_jax.rl import rollout
+from vermem_jax.rl import rollout_records
 from vermem_jax.tokenization import load_tokenizer
 from vermem_jax.train import metrics as tmetrics
 from vermem_jax.verifiers import adapters
@@ -32,7 +33,7 @@ from vermem_jax.verifiers import make_verifier
 K = 3
 # Small budgets keep every policy prompt (x_t <= SMALL_LIMIT tokens + the chat template)
 # in one sampler prompt bucket on CPU: SMALL_LIMIT + the reserved template tokens, as
-# experiments/configs/common.py derives it.
+# experiments/configs/parts/derived.py derives it.
 SMALL_BUDGET, SMALL_LIMIT = 512, 480
 OVERHEAD = 64
 PROMPT_BUCKETS = (SMALL_LIMIT + OVERHEAD,)
@@ -217,7 +218,7 @@ def test_rows_and_learner_inputs(sampled, tmp_path):
   res = sampled["result"]
   rows = res.advantage_rows()
   assert len(rows) == res.num_decisions
-  assert tuple(rows[0]) == tmetrics.ADVANTAGE_COLUMNS == rollout.ADVANTAGE_COLUMNS
+  assert tuple(rows[0]) == tmetrics.ADVANTAGE_COLUMNS == rollout_records.ADVANTAGE_COLUMNS
   with tmetrics.AdvantageTable(str(tmp_path), "phase_b") as table:
     assert table.add_rows(rows) == len(rows)
   tokens = res.decision_tokens()
@@ -226,7 +227,7 @@ def test_rows_and_learner_inputs(sampled, tmp_path):
   adv_tokens = sum(float((b["advantages"] * b["loss_mask"]).sum()) for b in batches)
   assert adv_tokens == pytest.approx(sum(d.a_hier * d.command_tokens
                                          for d in res.decisions), abs=1e-4)
-  assert set(res.timings) == set(rollout.TIMING_KEYS)
+  assert set(res.timings) == set(rollout_records.TIMING_KEYS)
   assert res.timings["sampling"] > 0 and abs(sum(res.profile().values()) - 1) < 1e-6
 
 
@@ -381,100 +382,6 @@ def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, 
     assert d.record.transition.command == again.command
   bad = [inp for inp, d in zip(seen["local"], res.decisions) if d.op == "Invalid"]
   assert bad and all(not i.accepted and i.arguments == {} for i in bad)
-
-
-# ---------------------------------------------------------------- tasks and dev init
-
-
-def test_select_tasks_is_a_resumable_epoch_walk():
-  pool, per = 5, 2
-  picks = [rollout.select_tasks(pool, u, per, seed=3) for u in range(1, 6)]
-  flat = sum(picks, [])
-  assert sorted(flat[:5]) == list(range(5)) and sorted(flat[5:10]) == list(range(5))
-  assert picks[3] == rollout.select_tasks(pool, 4, per, seed=3)  # no iterator state
-  assert picks != [rollout.select_tasks(pool, u, per, seed=4) for u in range(1, 6)]
-  with pytest.raises(ValueError, match="1-based"):
-    rollout.select_tasks(pool, 0, per, seed=3)
-
-
-def test_init_running_stats_from_dev(pools, tok):
-  dev = pools[1]
-  cfg = scenarios.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
-  specs = scenarios.build_episodes(dev, "B", count_tokens=tok.count_tokens,
-                                   config=cfg, split="dev")
-  base_cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
-  inputs = rollout.dev_inputs_from_episodes(specs, count_tokens=tok.count_tokens,
-                                            executor_config=base_cfg)
-  assert inputs and all(i.accepted for i in inputs)
-  verifier = make_verifier({"backend": "heuristic"})
-  stats, counts = rollout.init_running_stats_from_dev(
-      verifier, inputs, ops=("Retrieve", "Filter", "SelectEpisode", "Summarize",
-                             "Null"), count=2)
-  for op, n in counts.items():
-    chosen = [i for i in inputs if i.op == op][:2]
-    assert n == len(chosen)
-    if not n:
-      assert not stats.is_initialized(op)
-      continue
-    scores = np.array([verifier.score_local_one(i).r_local for i in chosen])
-    assert stats.get(op) == pytest.approx((scores.mean(), scores.std()))
-  assert sum(counts.values()) >= 2
-  with pytest.raises(ValueError, match="unknown op"):
-    rollout.init_running_stats_from_dev(verifier, inputs, ops=("Jump",), count=2)
-
-
-def test_dev_inputs_from_results(scripted):
-  res = scripted["result"]
-  inputs = rollout.dev_inputs_from_results(
-      [t.result for t in res.trajectories],
-      executor_config=ExecutorConfig(context_budget=1024, policy_input_limit=2048))
-  assert len(inputs) == sum(d.accepted for d in res.decisions)
-  ref = [d for d in res.decisions if d.accepted and d.op != "Null"]
-  got = [i for i in inputs if i.op != "Null"]
-  assert [i.command for i in got] == [d.command for d in ref]
-  assert [i.arguments for i in got] == [
-      dict(d.record.transition.command.args) for d in ref]
-  assert all(i.arguments for i in got)
-  # A hand-built record without the executor's Transition is refused clearly.
-  d = res.decisions[0].record
-  bare = environment.EpisodeResult(**{
-      **{f.name: getattr(res.trajectories[0].result, f.name)
-         for f in dataclasses.fields(environment.EpisodeResult)},
-      "decisions": (dataclasses.replace(d, transition=None),)})
-  with pytest.raises(ValueError, match="no executor Transition"):
-    rollout.dev_inputs_from_results([bare], executor_config=ExecutorConfig())
-
-
-def test_dev_inputs_from_sft_records(scripted, tok):
-  from vermem_jax.envs import sft_data  # pylint: disable=import-outside-toplevel
-  cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
-  records = []
-  for spec in scripted["specs"]:
-    for target in (spec.reference_command, "∅", Scripted.BAD):
-      records.append(sft_data.SFTRecord(
-          policy_input="x", target=target, op="?", template="t", is_boundary=False,
-          example_id=spec.example.id, split="dev", phase="B", source="template",
-          state=spec.initial_state))
-  inputs = rollout.dev_inputs_from_sft_records(records, count_tokens=tok.count_tokens,
-                                               executor_config=cfg)
-  # The unknown tool is rejected by the executor and left out.
-  assert [i.op for i in inputs] == ["SelectEpisode", "Null", "Retrieve", "Null"]
-  assert inputs[0].transition.context_added and inputs[1].transition.is_identity
-  stats, counts = rollout.init_running_stats_from_dev(
-      make_verifier({"backend": "heuristic"}), inputs, ops=("Null", "Retrieve"),
-      count=1)
-  assert counts == {"Null": 1, "Retrieve": 1} and not stats.is_initialized(
-      "SelectEpisode")
-  assert stats.count("Null") == 1 and stats.get("Null")[1] == 0.0
-
-
-def test_bound_policy_folds_the_call_index():
-  keys = []
-  bound = rollout.BoundPolicy(lambda xs, rng: keys.append(rng) or list(xs), 7)
-  assert bound(["a"]) == ["a"] and bound(["b"]) == ["b"] and bound.calls == 2
-  base_key = jax.random.PRNGKey(7)
-  for i, k in enumerate(keys):
-    np.testing.assert_array_equal(k, jax.random.fold_in(base_key, i))
 
 
 class FailingGenerate:

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from experiments import run as run_cli
+from experiments.cli import config_argv
+from experiments.cli import overrides
+from experiments.cli import phase_plan
+from experiments.cli import workdir_lock
 from experiments.configs import common
+from experiments.configs.parts import curriculum
+from experiments.configs.parts import derived
+from experiments.configs.parts import paper
 from vermem_jax.train import checkpoints as ck
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -22,25 +29,25 @@ CONFIGS = REPO / 'experiments' / 'configs'
 
 
 def test_resolve_config_path_forms(tmp_path):
-  assert run_cli.resolve_config_path('phase_b') == str(CONFIGS / 'phase_b.py')
-  assert run_cli.resolve_config_path('phase_b.py') == str(CONFIGS / 'phase_b.py')
-  assert run_cli.resolve_config_path('phase_b.py:scale=paper') == \
+  assert config_argv.resolve_config_path('phase_b') == str(CONFIGS / 'phase_b.py')
+  assert config_argv.resolve_config_path('phase_b.py') == str(CONFIGS / 'phase_b.py')
+  assert config_argv.resolve_config_path('phase_b.py:scale=paper') == \
       str(CONFIGS / 'phase_b.py') + ':scale=paper'
   own = tmp_path / 'mine.py'
   own.write_text('def get_config(arg=None):\n  return None\n')
-  assert run_cli.resolve_config_path(f'{own}:x') == f'{own}:x'
+  assert config_argv.resolve_config_path(f'{own}:x') == f'{own}:x'
   with pytest.raises(ValueError, match=r"'phase_d.py' is not in .*known configs: "
                      r'phase_a, phase_b, phase_c, sft'):
-    run_cli.resolve_config_path('phase_d')
+    config_argv.resolve_config_path('phase_d')
 
 
 def test_resolve_config_argv_leaves_overrides():
   argv = ['run.py', '--config=phase_a', '--config.rl.learning_rate=3e-6', '--workdir=w']
-  assert run_cli.resolve_config_argv(argv) == [
+  assert config_argv.resolve_config_argv(argv) == [
       'run.py', f'--config={CONFIGS / "phase_a.py"}', '--config.rl.learning_rate=3e-6',
       '--workdir=w']
   argv = ['run.py', '--config', 'sft.py:scale=paper', '--dry_run']
-  assert run_cli.resolve_config_argv(argv) == [
+  assert config_argv.resolve_config_argv(argv) == [
       'run.py', '--config', f'{CONFIGS / "sft.py"}:scale=paper', '--dry_run']
 
 
@@ -56,7 +63,7 @@ def _fake_runners(monkeypatch, calls, *, save=True):
                                                                np.float32)}))
     return runner
   monkeypatch.setattr(run_cli, 'PHASE_RUNNERS',
-                      {p: make(p) for p in common.PHASE_ORDER})
+                      {p: make(p) for p in curriculum.PHASE_ORDER})
 
 
 def test_tiny_scale_runs_missing_phases_first(tmp_path, monkeypatch, caplog):
@@ -94,9 +101,9 @@ def test_incomplete_previous_phase_is_rerun(tmp_path, monkeypatch):
     with ck.PhaseCheckpointManager(ck.phase_dir(workdir, phase)) as mgr:
       mgr.save(ck.TrainState(step=1, params={'w': np.zeros((2,), np.float32)}))
   ck.mark_phase_complete(os.path.join(workdir, 'sft'), 1)
-  assert run_cli.plan_phases('phase_b', workdir, 'tiny') == ['phase_a', 'phase_b']
-  assert run_cli.plan_phases('sft', workdir, 'tiny') == ['sft']
-  assert run_cli.plan_phases('phase_a', workdir, 'tiny') == ['phase_a']
+  assert phase_plan.plan_phases('phase_b', workdir, 'tiny') == ['phase_a', 'phase_b']
+  assert phase_plan.plan_phases('sft', workdir, 'tiny') == ['sft']
+  assert phase_plan.plan_phases('phase_a', workdir, 'tiny') == ['phase_a']
 
 
 def test_paper_scale_stops_with_command(tmp_path, monkeypatch, qwen25_tokenizer_dir):
@@ -114,9 +121,9 @@ def test_paper_scale_stops_with_command(tmp_path, monkeypatch, qwen25_tokenizer_
       'tie_word_embeddings': True, 'max_position_embeddings': 4096}))
   full_data = tmp_path / 'hotpotqa_full'  # stands in for the official files
   full_data.mkdir()
-  (full_data / common.PAPER_TRAIN_FILE).write_text('[]')
+  (full_data / paper.PAPER_TRAIN_FILE).write_text('[]')
   config.data.hotpotqa_dir = str(full_data)
-  with pytest.raises(run_cli.MissingPrerequisiteError) as e:
+  with pytest.raises(phase_plan.MissingPrerequisiteError) as e:
     run_cli.run(config, workdir)
   msg = str(e.value)
   assert os.path.join(workdir, 'phase_a') in msg
@@ -148,7 +155,7 @@ def test_bad_config_is_rejected_before_running(tmp_path, monkeypatch):
 
 
 def test_default_runner_registry():
-  assert set(run_cli.PHASE_RUNNERS) == set(common.PHASE_ORDER)
+  assert set(run_cli.PHASE_RUNNERS) == set(curriculum.PHASE_ORDER)
   # All RL phases share one trainer entry point (vermem_jax.train.rl_phase.run_rl_phase).
   assert run_cli.PHASE_RUNNERS['phase_a'] is run_cli.PHASE_RUNNERS['phase_c']
   assert run_cli.PHASE_RUNNERS['sft'] is not run_cli.PHASE_RUNNERS['phase_a']
@@ -192,7 +199,7 @@ def test_check_config_argv_names_bad_fields_and_scale():
   """Misspelled overrides / scales: one clear line (was an absl traceback from inside
   ml_collections: AttributeError: "'nonexistent'")."""
   def check(*args):
-    run_cli.check_config_argv(run_cli.resolve_config_argv(['run.py', *args]))
+    config_argv.check_config_argv(config_argv.resolve_config_argv(['run.py', *args]))
   check('--config=phase_a', '--config.rl.learning_rate=3e-6', '--config.seed', '1')
   with pytest.raises(ValueError, match=r"--config.rl.learning_rat: config.rl has no field "
                      r"'learning_rat' \(did you mean 'learning_rate'\?\); its fields: "
@@ -250,7 +257,7 @@ def test_failing_later_phase_keeps_earlier_checkpoints(tmp_path, monkeypatch):
     run_cli.run(common.get_config('phase_a'), workdir)
   sft_dir = os.path.join(workdir, 'sft')
   assert ck.phase_complete_step(sft_dir) == 3 and ck.has_checkpoint(sft_dir)
-  assert not run_cli.phase_is_complete(workdir, 'phase_a')
+  assert not phase_plan.phase_is_complete(workdir, 'phase_a')
   # The next attempt does not redo sft.
   monkeypatch.setattr(run_cli, 'PHASE_RUNNERS', dict(run_cli.PHASE_RUNNERS,
                                                      phase_a=lambda c, w: None))
@@ -284,7 +291,7 @@ def test_unreachable_verifier_fails_before_any_phase(tmp_path, monkeypatch):
 def test_config_override_args_keeps_every_flag_as_one_word():
   argv = ['run.py', '--config=x.py', '--config.seed', '42', '--workdir=w',
           '--config.data.hotpotqa_dir=/my data', '-config.rl.learning_rate=3e-6', '--dry_run']
-  assert run_cli.config_override_args(argv) == [
+  assert config_argv.config_override_args(argv) == [
       ('seed', '--config.seed=42'), ('data.hotpotqa_dir', '--config.data.hotpotqa_dir=/my data'),
       ('rl.learning_rate', '--config.rl.learning_rate=3e-6')]
 
@@ -292,8 +299,8 @@ def test_config_override_args_keeps_every_flag_as_one_word():
 def test_missing_prerequisite_command_carries_quoted_overrides(tmp_path):
   """Item: the printed paper-scale command dropped the user's --config.* flags."""
   flags_ = ['--config.model.hf_checkpoint=/ckpt/Qwen 7B', '--config.seed=43']
-  with pytest.raises(run_cli.MissingPrerequisiteError) as e:
-    run_cli.plan_phases('phase_b', str(tmp_path), 'paper', flags_)
+  with pytest.raises(phase_plan.MissingPrerequisiteError) as e:
+    phase_plan.plan_phases('phase_b', str(tmp_path), 'paper', flags_)
   assert (f"python experiments/run.py --config=phase_a.py:scale=paper "
           f"'--config.model.hf_checkpoint=/ckpt/Qwen 7B' --config.seed=43 "
           f"--workdir={tmp_path}") in str(e.value)
@@ -331,17 +338,17 @@ def test_phase_lock_excludes_other_process_and_stale_file_does_not_block(tmp_pat
   workdir = str(tmp_path)
   proc = _hold_lock(tmp_path / 'phase_a' / '.lock')
   try:
-    with pytest.raises(run_cli.PhaseLockedError,
+    with pytest.raises(workdir_lock.PhaseLockedError,
                        match=f'another run holds .*phase_a/.lock.*workdir {workdir}'):
-      with run_cli.phase_lock(workdir, 'phase_a'):
+      with workdir_lock.phase_lock(workdir, 'phase_a'):
         pass
-    with run_cli.phase_lock(workdir, 'phase_b'):  # other phases are free
+    with workdir_lock.phase_lock(workdir, 'phase_b'):  # other phases are free
       pass
   finally:
     proc.kill()
     proc.wait()
   assert os.path.exists(tmp_path / 'phase_a' / '.lock')  # left by the killed holder
-  with run_cli.phase_lock(workdir, 'phase_a') as lock:  # flock died with it
+  with workdir_lock.phase_lock(workdir, 'phase_a') as lock:  # flock died with it
     # Held: a second open file description cannot take it.
     import fcntl
     with open(lock) as f:
@@ -424,7 +431,7 @@ def test_cli_dry_run_lists_every_passed_override(tmp_path):
   # The derived bucket fields moved with the limit but are not listed as overrides.
   c = common.get_config('phase_a')
   c.memory.policy_input_limit = 1024
-  want = common.derived_buckets(c)['sampling.prompt_buckets']
+  want = derived.derived_buckets(c)['sampling.prompt_buckets']
   assert want[-1] > 1024 and f'config.sampling.prompt_buckets = {want}' in res.stdout
 
 
@@ -432,11 +439,11 @@ def test_config_overrides_without_argv_skips_derived_fields():
   config = common.get_config('phase_a')
   config.memory.policy_input_limit = 1024
   config.data.data_dir = '/elsewhere'
-  assert run_cli.config_overrides(config) == {'memory.policy_input_limit': 1024,
-                                              'data.data_dir': '/elsewhere'}
+  assert overrides.config_overrides(config) == {'memory.policy_input_limit': 1024,
+                                                'data.data_dir': '/elsewhere'}
   config.batching.command_buckets = (16, 160)
-  assert run_cli.config_overrides(config)['batching.command_buckets'] == (16, 160)
-  assert run_cli.config_overrides(config, ['seed']) == {'seed': 42}
+  assert overrides.config_overrides(config)['batching.command_buckets'] == (16, 160)
+  assert overrides.config_overrides(config, ['seed']) == {'seed': 42}
 
 
 def test_cli_missing_optional_package_is_one_line_and_leaves_no_folder(tmp_path):

@@ -17,7 +17,7 @@ _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from vermem_jax.models import qwen, sampling, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import checkpoints, rl_phase, setup, sft
+    from vermem_jax.train import checkpoints, rl_learner, setup, sft_step
 
     assert jax.device_count() == 8, jax.devices()
     cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -50,30 +50,31 @@ _SCRIPT = textwrap.dedent("""
     out = {}
 
     # (a) one SFT step
-    opt = sft.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0)
-    p1, s1, m1 = sft.train_step(params, sft.init_optimizer(params, opt=opt), mbs,
-                                model_config=cfg, opt=opt)
+    opt = sft_step.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0)
+    p1, s1, m1 = sft_step.train_step(params, sft_step.init_optimizer(params, opt=opt),
+                                     mbs, model_config=cfg, opt=opt)
     ps = sharding.shard_params(params, mesh)
-    ss = setup.init_opt_state(sft.make_optimizer(opt).init, ps, mesh)
+    ss = setup.init_opt_state(sft_step.make_optimizer(opt).init, ps, mesh)
     mu = ss[1][0].mu
     out['opt_sharded'] = same_shardings(mu, want)
     out['opt_embed_shard'] = list(mu['embed_tokens']['embedding']
                                   .addressable_shards[0].data.shape)
-    p2, s2, m2 = sft.train_step(ps, ss, mbs, model_config=cfg, opt=opt, mesh=mesh)
+    p2, s2, m2 = sft_step.train_step(ps, ss, mbs, model_config=cfg, opt=opt, mesh=mesh)
     out['sft'] = {'loss': [m1['loss'], m2['loss']], 'param_diff': max_diff(p1, p2),
                   'opt_diff': max_diff(s1, s2), 'moved': max_diff(p1, params),
                   'params_sharded': same_shardings(p2, want),
                   'opt_sharded': same_shardings(s2[1][0].mu, want)}
 
     # (b) one GRPO learner update (KL to a different π_ref, learner θ_old)
-    ropt = rl_phase.RLOptimizerConfig(learning_rate=1e-3)
-    tx = rl_phase.make_optimizer(ropt)
-    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_phase.LossConfig(),
+    ropt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+    tx = rl_learner.make_optimizer(ropt)
+    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
               opt=ropt, pad_id=0)
-    q1, t1, n1 = rl_phase.learner_update(params, ref, tx.init(params), decisions, **kw)
+    q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, **kw)
     refs = sharding.shard_params(ref, mesh)
-    q2, t2, n2 = rl_phase.learner_update(ps, refs, setup.init_opt_state(tx.init, ps, mesh),
-                                         decisions, mesh=mesh, **kw)
+    q2, t2, n2 = rl_learner.learner_update(ps, refs,
+                                           setup.init_opt_state(tx.init, ps, mesh),
+                                           decisions, mesh=mesh, **kw)
     out['grpo'] = {k: [n1[k], n2[k]] for k in ('train/loss', 'train/kl',
                                                'train/grad_norm')}
     out['grpo'].update(param_diff=max_diff(q1, q2), opt_diff=max_diff(t1, t2),
@@ -84,7 +85,7 @@ _SCRIPT = textwrap.dedent("""
     with checkpoints.PhaseCheckpointManager(d) as mgr:
       mgr.save(checkpoints.TrainState(step=1, params=p2, opt_state=s2,
                                       rng=jax.random.PRNGKey(3)))
-    pa, oa = setup.abstract_train_state(cfg, sft.make_optimizer(opt).init, mesh)
+    pa, oa = setup.abstract_train_state(cfg, sft_step.make_optimizer(opt).init, mesh)
     with checkpoints.PhaseCheckpointManager(d) as mgr:
       r = mgr.restore(checkpoints.TrainState(step=0, params=pa, opt_state=oa,
                                              rng=jax.random.PRNGKey(0)))
@@ -213,11 +214,11 @@ def test_rl_setup_preflights_the_http_verifier(monkeypatch):
   """An unreachable OpenAI-compatible verifier stops the phase before any rollout
   (scoring alone would turn every score into the fallback)."""
   from experiments.configs import common  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_setup  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('VERMEM_VERIFIER_API_KEY', 'test-key')
   c = common.get_config('phase_b')
   c.verifier.backend = 'openai_compatible'
   c.verifier.base_url = 'http://127.0.0.1:9/v1'  # discard port: connection refused
   c.verifier.timeout_s = 2.0
   with pytest.raises(ValueError, match=r'verifier endpoint check failed.*127\.0\.0\.1:9'):
-    rl_phase.build_setup(c)
+    rl_setup.build_setup(c)

@@ -5,7 +5,7 @@
 
 Builds the default tiny Phase B setup (`experiments/configs/phase_b.py`: tiny Qwen, the
 Qwen2.5 tokenizer, HotpotQA samples, heuristic verifier, oracle reader) with the same
-code as the trainer (`vermem_jax.train.rl_phase.build_setup`), takes the policy from
+code as the trainer (`vermem_jax.train.rl_setup.build_setup`), takes the policy from
 `<workdir>/phase_a` when given (else a random-init tiny model: same shapes, same cost),
 and runs `--updates` updates exactly as `run_rl_phase` does (collect_update ->
 learner_update), without checkpoints. The first update includes jit compilation; the
@@ -35,11 +35,14 @@ from absl import logging  # noqa: E402
 import jax  # noqa: E402
 
 from experiments.configs import common  # noqa: E402
+from experiments.configs.parts import validation  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.rl import policy as policy_lib  # noqa: E402
 from vermem_jax.rl import rollout  # noqa: E402
+from vermem_jax.rl import task_selection  # noqa: E402
 from vermem_jax.train import checkpoints  # noqa: E402
-from vermem_jax.train import rl_phase  # noqa: E402
+from vermem_jax.train import rl_learner  # noqa: E402
+from vermem_jax.train import rl_setup  # noqa: E402
 
 STAGES = (
     ('sampling', ('sampling',)),
@@ -80,9 +83,9 @@ def main():
   for path, value in _parse_set(args.set).items():
     section, field = path.split('.')
     config[section][field] = value
-  common.validate_config(config)
+  validation.validate_config(config)
   t0 = time.perf_counter()
-  setup = rl_phase.build_setup(config)
+  setup = rl_setup.build_setup(config)
   t_setup = time.perf_counter() - t0
   mc = setup.model_config
   if args.workdir:
@@ -95,9 +98,9 @@ def main():
     source = 'random init'
   ref_params = params
   t0 = time.perf_counter()
-  running, _ = rl_phase.init_running_stats(config, setup)
+  running, _ = rl_setup.init_running_stats(config, setup)
   t_stats = time.perf_counter() - t0
-  opt_state = rl_phase.make_optimizer(setup.opt).init(params)
+  opt_state = rl_learner.make_optimizer(setup.opt).init(params)
   policy = policy_lib.SamplerPolicy(mc, params, setup.tokenizer,
                                     sampling_config=setup.sampling_config,
                                     batch_buckets=(setup.rollout_config.num_rollouts,))
@@ -112,18 +115,19 @@ def main():
   seed = int(config.seed)
   for n in range(1, args.updates + 1):
     policy.params = params
-    ids = rollout.select_tasks(len(setup.train_specs), n,
-                               setup.rollout_config.tasks_per_update, seed=seed)
+    ids = task_selection.select_tasks(len(setup.train_specs), n,
+                                      setup.rollout_config.tasks_per_update, seed=seed)
     t0 = time.perf_counter()
     result = rollout.collect_update(
         [setup.train_specs[i] for i in ids], policy, setup.solver, setup.verifier,
-        rng=rollout.update_rng(seed, n), count_tokens=setup.tokenizer.count_tokens,
+        rng=task_selection.update_rng(seed, n),
+        count_tokens=setup.tokenizer.count_tokens,
         rollouts_per_task=setup.rollout_config.rollouts_per_task,
         running_stats=running, executor_config=setup.executor_config,
         env_config=setup.env_config, advantage_config=setup.advantage_config,
         reward_config=setup.reward_config, phase='phase_b', update=n)
     t1 = time.perf_counter()
-    params, opt_state, learn = rl_phase.learner_update(
+    params, opt_state, learn = rl_learner.learner_update(
         params, ref_params, opt_state, result.decision_tokens(), model_config=mc,
         batching_config=setup.batching_config, loss=setup.loss, opt=setup.opt,
         pad_id=int(setup.tokenizer.pad_token_id))

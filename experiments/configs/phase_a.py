@@ -1,7 +1,7 @@
 """Phase A: GRPO on LTM operations {Add, Update, Delete, ∅}; π_ref = θ_SFT (SPEC §4).
 
 Usage: `python experiments/run.py --config=phase_a.py` (tiny CPU scale) or
-`--config=phase_a.py:scale=paper`; fields are documented in common.py.
+`--config=phase_a.py:scale=paper`; fields are documented in parts/paper.py.
 """
 
 import pathlib

@@ -1,7 +1,7 @@
 """Phase B: GRPO on STM operations {Retrieve, Filter, SelectEpisode, Summarize, ∅}; π_ref = θ_A (SPEC §4).
 
 Usage: `python experiments/run.py --config=phase_b.py` (tiny CPU scale) or
-`--config=phase_b.py:scale=paper`; fields are documented in common.py.
+`--config=phase_b.py:scale=paper`; fields are documented in parts/paper.py.
 """
 
 import pathlib

@@ -1,7 +1,7 @@
 """Phase C: GRPO on all operations; π_ref = θ_B (SPEC §4).
 
 Usage: `python experiments/run.py --config=phase_c.py` (tiny CPU scale) or
-`--config=phase_c.py:scale=paper`; fields are documented in common.py.
+`--config=phase_c.py:scale=paper`; fields are documented in parts/paper.py.
 """
 
 import pathlib

@@ -1,7 +1,7 @@
 """Supervised warm start θ_SFT on the balanced 8-target command set (SPEC §4).
 
 Usage: `python experiments/run.py --config=sft.py` (tiny CPU scale) or
-`--config=sft.py:scale=paper`; fields are documented in common.py.
+`--config=sft.py:scale=paper`; fields are documented in parts/paper.py.
 """
 
 import pathlib

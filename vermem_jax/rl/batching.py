@@ -61,8 +61,8 @@ class BatchingConfig:
     micro_batch_size: rows B per micro-batch (decisions).
     length_buckets: increasing sequence lengths T (tokens); the last one must cover the
       longest row: policy input limit + chat-template overhead + longest command
-      (8,192 (SPEC §1) + 64 + 256 = 8,512 by default; experiments/configs/common.py
-      derives the same from its config).
+      (8,192 (SPEC §1) + 64 + 256 = 8,512 by default;
+      experiments/configs/parts/derived.py derives the same from its config).
     command_buckets: increasing command lengths L (tokens).
     sort_by_length: order decisions by length before splitting into micro-batches (less
       padding; the update's gradient sum is unchanged).

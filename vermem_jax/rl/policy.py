@@ -18,7 +18,7 @@ enable_thinking=False). The config reserves an upper bound for them,
 `sampling.prompt_overhead_tokens` (64), so the longest prompt is
 policy_input_limit + prompt_overhead_tokens tokens: the sampler's largest prompt bucket
 (`sampling.prompt_buckets`) ends exactly there and the learner's largest length bucket
-is that plus max_command_tokens (experiments/configs/common.py derives both).
+is that plus max_command_tokens (experiments/configs/parts/derived.py derives both).
 `SamplerPolicy` refuses a tokenizer whose template needs more than the reserved
 overhead. Prompts are never truncated (g(s) is already bounded; cutting a rendered
 state would corrupt it); a prompt longer than `max_prompt_tokens` raises.
@@ -70,8 +70,8 @@ class PolicySamplingConfig:
   temperature: float = 0.7  # SPEC §4
   top_p: float = 0.95  # SPEC §4
   eval_temperature: float = 0.0  # SPEC §4: evaluation decodes greedily
-  max_command_tokens: int = 256  # decision (experiments/configs/common.py)
-  prompt_overhead_tokens: int = 64  # decision (experiments/configs/common.py)
+  max_command_tokens: int = 256  # decision (experiments/configs/parts/paper.py)
+  prompt_overhead_tokens: int = 64  # decision (experiments/configs/parts/paper.py)
   prompt_buckets: Optional[tuple[int, ...]] = None  # None: powers of two
 
   def __post_init__(self):

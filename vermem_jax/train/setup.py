@@ -1,7 +1,7 @@
 """Glue both trainers share: policy config, tokenizer, device mesh and sharded state.
 
 Everything here reads the experiment `ml_collections.ConfigDict` (sections `model`,
-`tokenizer`; experiments/configs/common.py) and returns library objects:
+`tokenizer`; experiments/configs/parts/paper.py) and returns library objects:
 
   model_config_from(config)        -> models.QwenConfig (HF folder or preset)
   load_tokenizer_for(config)       -> tokenization.Tokenizer, checked against the model

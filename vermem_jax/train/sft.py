@@ -1,54 +1,30 @@
 """Supervised warm start θ_SFT on the balanced command set (SPEC §4; App. D.3, Eq. 7).
 
+`run_sft(config, workdir)` trains θ_SFT into `workdir/sft`. This module holds the
+training loop, resume and checkpoint selection; its parts live in train/sft_examples.py
+(tokenized records and the data order), train/sft_step.py (loss, optimizer, jitted step
+with gradient accumulation) and train/sft_eval.py (dev metrics).
+
 Data. `envs.sft_data.build_sft_set` gives train and dev records (x_i, u*_i) from the
-construction and internal-dev pools of the HotpotQA train split. Each record becomes
-one `batching.DecisionTokens` row:
-
-    prompt  = the policy prompt of x_i (`rl.policy.policy_prompt_ids`: the tokenizer's
-              chat template with x_i as the one user message plus the assistant
-              generation prompt) — the token ids the RL sampler conditions on;
-    command = tokens of u*_i followed by the stop token (`rl.policy.command_target_ids`;
-              Qwen: `<|im_end|>`), so the policy learns to stop after one command.
-
-Records whose prompt + command exceed the largest length bucket, or whose command
-exceeds `sampling.max_command_tokens` (the policy could never emit it), are dropped and
-counted (logged; `num_dropped_*` in the returned metrics).
-
-Loss. Cross-entropy on command tokens only (SPEC §4): each command's token-mean NLL,
-averaged over the commands of the optimizer step. Micro-batches of
-`batching.micro_batch_size` rows return (Σ_commands token-mean NLL, number of commands)
-and their gradient sums; the step divides once (deferred normalization), so any split of
-a step into micro-batches gives the same update (gradient accumulation).
-
-Optimizer (SPEC §4; HF Trainer conventions where SPEC is silent): optax AdamW (β 0.9 /
-0.999, ε 1e-8; weight decay `sft.weight_decay`, not applied to 1-D parameters — biases
-and norm scales — as HF does), global-norm clipping at `sft.max_grad_norm`, learning
-rate `sft.learning_rate` with linear warmup over ceil(warmup_ratio · total) steps from 0,
-then LINEAR decay to 0 at the last step (HF `get_linear_schedule_with_warmup`; the paper
-gives only the warmup ratio). Batch `sft.batch_size` records per step, `sft.num_epochs`
-epochs (or `sft.max_steps` steps when set). The last batch of an epoch may be smaller.
-
-Data order. Epoch e visits the train records in `np.random.default_rng([seed, e])`
-order (`epoch_permutation`), seed = `config.seed`; optimizer step s (0-based) uses batch
-s mod steps_per_epoch of epoch s // steps_per_epoch. The order is a pure function of the
-step, so a restored step continues exactly where the killed run stopped.
+construction and internal-dev pools of the HotpotQA train split; each becomes one
+learner row (policy prompt of x_i, command tokens of u*_i + the stop token;
+sft_examples). Records that do not fit the learner shapes are dropped and counted
+(logged; `num_dropped_*` in the returned metrics). Loss on command tokens only, AdamW with
+linear warmup then linear decay (sft_step). Epoch e visits the train records in a
+seeded order that is a pure function of the step (sft_examples).
 
 Evaluation (dev set) after every epoch, every `sft.eval_every` steps and at the last
-step: greedy decoding (`sampling.eval_temperature`, SPEC §4) of each dev prompt with the
-RL sampler policy (`rl.policy.SamplerPolicy(greedy=True)`), parsed
-with `memory.parse_command` and executed with `memory.execute` on the record's own state
-s_i under the record's phase subspace (`dev_metrics`): tool accuracy (predicted op ==
-target op), invalid-operation rate (unparseable, op outside the phase, or rejected by the
-executor), executable rate (1 − invalid), exact command match, and the teacher-forced
-dev loss.
+step: greedy decoding of each dev prompt with the RL sampler policy, then tool
+accuracy, invalid-operation rate, executable rate, exact command match (sft_eval), and
+the teacher-forced dev loss (`sft_step.command_loss`).
 
 Devices (`train/setup.py`). The model config and tokenizer are built once and checked
 against each other (`tokenization.check_tokenizer_model_compat`). Parameters and the
 AdamW state live on the ('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*`
 (FSDP / tensor sharding per models/sharding.py; the optimizer state sharded like the
-parameters), micro-batch rows are split over ('data', 'fsdp'), and the jitted steps and dev greedy
-decoding run under `sharding.use_sharding` so the model's activation constraints apply.
-On one device all of this is the single-device computation.
+parameters), micro-batch rows are split over ('data', 'fsdp'), and the jitted steps and
+dev greedy decoding run under `sharding.use_sharding` so the model's activation
+constraints apply. On one device all of this is the single-device computation.
 
 Checkpoints (`workdir/sft`, one `PhaseCheckpointManager`): after every evaluation, with
 selection metrics {tool_accuracy, invalid_rate} (best = higher dev tool accuracy, ties
@@ -63,402 +39,33 @@ SFT counts table to the log, stdout and `workdir/sft/sft_data_counts.txt`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import math
 import os
 import time
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import ml_collections
-import numpy as np
-import optax
 
-from vermem_jax import tokenization
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import sft_data
-from vermem_jax.memory import commands as cmds
-from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.models import qwen
 from vermem_jax.rl import batching
-from vermem_jax.rl import grpo
 from vermem_jax.rl import policy
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import setup as setup_lib
+from vermem_jax.train import sft_eval
+from vermem_jax.train import sft_examples
+from vermem_jax.train import sft_step
 
 PHASE = 'sft'
 COUNTS_FILE = 'sft_data_counts.txt'
-# AdamW moments/epsilon: the HF Trainer / PyTorch defaults (SPEC §4 names AdamW only).
-ADAM_B1 = 0.9
-ADAM_B2 = 0.999
-ADAM_EPS = 1e-8
-# Keys of the micro-batch the jitted SFT step reads (a fixed key set: one trace per shape).
-STEP_KEYS = ('input_ids', 'attention_mask', 'positions', 'command_positions',
-             'target_ids', 'command_ids')
-
-
-# ----------------------------------------------------------------------------- records
-@dataclasses.dataclass(frozen=True)
-class SFTExample:
-  """A tokenized SFT record.
-
-  Attributes:
-    prompt_tokens: policy prompt ids [T_in] (`rl.policy.policy_prompt_ids(x_i)`).
-    command_tokens: ids of u*_i + the stop token [L] (`rl.policy.command_target_ids`;
-      the only tokens with loss).
-    record: the `sft_data.SFTRecord` (op, phase, state s_i, target text).
-  """
-  prompt_tokens: tuple[int, ...]
-  command_tokens: tuple[int, ...]
-  record: sft_data.SFTRecord
-
-  def decision(self) -> batching.DecisionTokens:
-    """The learner row: no old logprobs (unused by the SFT loss), advantage 1."""
-    return batching.DecisionTokens(self.prompt_tokens, self.command_tokens,
-                                   (0.0,) * len(self.command_tokens), 1.0)
-
-
-def tokenize_records(records: Sequence[sft_data.SFTRecord],
-                     tokenizer: tokenization.Tokenizer, *, max_sequence_tokens: int,
-                     max_command_tokens: int) -> tuple[list[SFTExample], dict[str, int]]:
-  """Tokenizes records; drops (and counts) those that do not fit the learner shapes.
-
-  Args:
-    records: SFT records.
-    tokenizer: policy tokenizer.
-    max_sequence_tokens: largest prompt + command length (the largest length bucket).
-    max_command_tokens: largest command length incl. the stop token (min of the
-      largest command bucket and `sampling.max_command_tokens`).
-  Returns:
-    (examples in record order, {'command_too_long': n, 'sequence_too_long': n}).
-  """
-  dropped = {'command_too_long': 0, 'sequence_too_long': 0}
-  out = []
-  for rec in records:
-    prompt = policy.policy_prompt_ids(tokenizer, rec.policy_input)
-    command = tuple(policy.command_target_ids(tokenizer, rec.target))
-    if len(command) > max_command_tokens:
-      dropped['command_too_long'] += 1
-      continue
-    if len(prompt) + len(command) > max_sequence_tokens:
-      dropped['sequence_too_long'] += 1
-      continue
-    out.append(SFTExample(tuple(prompt), command, rec))
-  return out, dropped
-
-
-# ----------------------------------------------------------------------------- optimizer
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-  """SFT optimizer hyperparameters (config section `sft`; SPEC §4). Hashable: static jit
-  argument.
-
-  Attributes:
-    learning_rate: peak learning rate (SPEC §4: 2e-5).
-    total_steps: optimizer steps of the whole run.
-    warmup_ratio: share of total_steps with linear warmup (SPEC §4: 0.03).
-    weight_decay: AdamW decoupled weight decay (not on 1-D params).
-    max_grad_norm: global-norm clip (SPEC §4: 1.0).
-  """
-  learning_rate: float
-  total_steps: int
-  warmup_ratio: float = 0.03
-  weight_decay: float = 0.0
-  max_grad_norm: float = 1.0
-
-  def __post_init__(self):
-    if self.total_steps < 1:
-      raise ValueError(f'OptimizerConfig.total_steps must be >= 1, got {self.total_steps}')
-    if not 0.0 <= self.warmup_ratio < 1.0:
-      raise ValueError(f'OptimizerConfig.warmup_ratio must be in [0, 1), got '
-                       f'{self.warmup_ratio}')
-
-  @property
-  def warmup_steps(self) -> int:
-    """ceil(warmup_ratio · total_steps) (HF `get_warmup_steps`)."""
-    return int(math.ceil(self.warmup_ratio * self.total_steps))
-
-
-def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
-  """Learning rate of the update after `count` completed steps: 0 -> peak over the
-  warmup steps, then linearly to 0 at total_steps (HF linear schedule with warmup)."""
-  w, total = opt.warmup_steps, opt.total_steps
-  decay = optax.linear_schedule(opt.learning_rate, 0.0, max(1, total - w))
-  if w == 0:
-    return decay
-  warm = optax.linear_schedule(0.0, opt.learning_rate, w)
-  return optax.join_schedules([warm, decay], [w])
-
-
-def _decay_mask(params: Any) -> Any:
-  return jax.tree.map(lambda p: p.ndim > 1, params)
-
-
-@functools.partial(jax.jit, static_argnames=('opt',))
-def init_optimizer(params: Any, *, opt: OptimizerConfig) -> Any:
-  """`make_optimizer(opt).init(params)` as one compiled program (eager init compiles
-  every small op separately)."""
-  return make_optimizer(opt).init(params)
-
-
-def make_optimizer(opt: OptimizerConfig) -> optax.GradientTransformation:
-  """clip_by_global_norm(max_grad_norm) -> AdamW with `lr_schedule` (SPEC §4)."""
-  return optax.chain(
-      optax.clip_by_global_norm(opt.max_grad_norm),
-      optax.adamw(lr_schedule(opt), b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS,
-                  weight_decay=opt.weight_decay, mask=_decay_mask))
-
-
-# ----------------------------------------------------------------------------- step
-def _step_batch(mb: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-  step = batching.to_step_batch(mb)
-  return {k: step[k] for k in STEP_KEYS}
-
-
-def zero_accumulator(params: Any) -> dict[str, Any]:
-  """Empty gradient/loss accumulator for one optimizer step (float32; gradient sums
-  sharded like `params`, so FSDP keeps them split)."""
-  zero = jnp.zeros((), jnp.float32)
-  return {'grads': setup_lib.zeros_like_params(params),
-          'loss_sum': zero, 'count': zero, 'token_nll': zero, 'token_correct': zero,
-          'tokens': zero}
-
-
-def _accumulate(params, acc, batch, model_config):
-  (total, count, m), grads = grpo.sft_loss_and_grads(
-      params, batch, model_config=model_config, reduction='decision')
-  return {
-      'grads': jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc['grads'], grads),
-      'loss_sum': acc['loss_sum'] + total,
-      'count': acc['count'] + count,
-      'token_nll': acc['token_nll'] + m['token_nll'][0],
-      'token_correct': acc['token_correct'] + m['token_accuracy'][0],
-      'tokens': acc['tokens'] + m['token_nll'][1],
-  }
-
-
-@functools.lru_cache(maxsize=None)
-def _accumulate_fn(donate: bool) -> Callable:
-  # Donating the accumulator halves peak gradient memory on accelerators; the CPU
-  # backend cannot donate and would warn on every call.
-  return jax.jit(_accumulate, static_argnames=('model_config',),
-                 donate_argnums=(1,) if donate else ())
-
-
-def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
-                           micro_batch: Mapping[str, np.ndarray], *,
-                           model_config: qwen.QwenConfig,
-                           mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
-  """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
-
-  Args:
-    params: policy parameters.
-    acc: from `zero_accumulator` or a previous call (consumed on accelerators).
-    micro_batch: a `batching.build_batch` / `micro_batches` batch ([B, T] and [B, L]
-      arrays; only the STEP_KEYS are read).
-    model_config: QwenConfig (static).
-    mesh: the training mesh (`setup.make_mesh_from`): rows are split over
-      ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
-  Returns:
-    acc + {grads: ∂(Σ_commands token-mean NLL)/∂params, loss_sum: that sum, count:
-    number of commands, token_nll / token_correct / tokens: token-level sums}.
-  """
-  donate = jax.default_backend() != 'cpu'
-  batch = setup_lib.place_batch(_step_batch(micro_batch), mesh)
-  with setup_lib.mesh_context(mesh):
-    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config)
-
-
-@functools.partial(jax.jit, static_argnames=('opt',))
-def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
-                      opt: OptimizerConfig) -> tuple[Any, Any, dict[str, jax.Array]]:
-  """One optimizer update from an accumulated step (jitted; divides once).
-
-  Args:
-    params, opt_state: current parameters and `make_optimizer(opt)` state.
-    acc: the step's accumulator (all its micro-batches).
-    opt: OptimizerConfig (static).
-  Returns:
-    (params, opt_state, {'loss': mean over commands of each command's token-mean NLL,
-    'grad_norm': global norm of that loss's gradient before clipping, 'token_nll',
-    'token_accuracy', 'num_commands', 'num_command_tokens'}). The update's learning
-    rate is `lr_schedule(opt)(k)` for the k-th update (0-based).
-  """
-  count = jnp.maximum(acc['count'], 1.0)
-  grads = jax.tree.map(lambda g: g / count, acc['grads'])
-  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
-  tx = make_optimizer(opt)
-  updates, new_opt_state = tx.update(grads, opt_state, params)
-  new_params = optax.apply_updates(params, updates)
-  tokens = jnp.maximum(acc['tokens'], 1.0)
-  out = {'loss': acc['loss_sum'] / count, 'grad_norm': optax.global_norm(grads),
-         'token_nll': acc['token_nll'] / tokens,
-         'token_accuracy': acc['token_correct'] / tokens,
-         'num_commands': acc['count'], 'num_command_tokens': acc['tokens']}
-  return new_params, new_opt_state, out
-
-
-def train_step(params: Any, opt_state: Any,
-               micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-               model_config: qwen.QwenConfig, opt: OptimizerConfig,
-               mesh: jax.sharding.Mesh | None = None
-               ) -> tuple[Any, Any, dict[str, float]]:
-  """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
-
-  With `mesh`, params / opt_state should already be placed on it (`setup.
-  init_or_load_params`, `setup.init_opt_state`); the result keeps their shardings.
-
-  Returns:
-    (params, opt_state, metrics as Python floats; see `apply_accumulated`).
-  """
-  if not micro_batches:
-    raise ValueError('an SFT step needs at least one micro-batch')
-  acc = zero_accumulator(params)
-  for mb in micro_batches:
-    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh)
-  with setup_lib.mesh_context(mesh):
-    params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
-  return params, opt_state, {k: float(v) for k, v in jax.device_get(out).items()}
-
-
-@functools.partial(jax.jit, static_argnames=('model_config',))
-def _nll_sums(params, batch, model_config):
-  logits = grpo.command_logits(model_config, params, batch)
-  total, count, _ = grpo.command_nll_from_logits(logits, batch, reduction='decision')
-  return total, count
-
-
-def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-                 model_config: qwen.QwenConfig,
-                 mesh: jax.sharding.Mesh | None = None) -> float:
-  """Mean over commands of each command's token-mean NLL (no gradient; dev loss)."""
-  total, count = 0.0, 0.0
-  for mb in micro_batches:
-    with setup_lib.mesh_context(mesh):
-      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config)
-    total += float(t)
-    count += float(c)
-  return total / max(count, 1.0)
-
-
-# ----------------------------------------------------------------------------- data order
-def steps_per_epoch(num_examples: int, batch_size: int) -> int:
-  """ceil(num_examples / batch_size) optimizer steps per epoch."""
-  if num_examples < 1 or batch_size < 1:
-    raise ValueError(f'need >= 1 example and batch size, got {num_examples}, {batch_size}')
-  return -(-num_examples // batch_size)
-
-
-def epoch_permutation(num_examples: int, epoch: int, seed: int) -> np.ndarray:
-  """Order in which epoch `epoch` visits the examples: [num_examples] int64."""
-  return np.random.default_rng([int(seed), int(epoch)]).permutation(num_examples)
-
-
-def batch_indices(step: int, num_examples: int, batch_size: int,
-                  seed: int) -> tuple[np.ndarray, int, int]:
-  """Example indices of 0-based optimizer step `step`, with its (epoch, batch index)."""
-  spe = steps_per_epoch(num_examples, batch_size)
-  epoch, b = divmod(int(step), spe)
-  order = epoch_permutation(num_examples, epoch, seed)
-  return order[b * batch_size:(b + 1) * batch_size], epoch, b
-
-
-# ----------------------------------------------------------------------------- dev metrics
-def dev_metrics(records: Sequence[sft_data.SFTRecord], predictions: Sequence[str], *,
-                executor_config: ExecutorConfig,
-                count_tokens: Callable[[str], int]) -> dict[str, float]:
-  """Dev metrics of predicted command texts (SPEC §4 checkpoint selection).
-
-  Each prediction is parsed (`parse_command`) and executed (`memory.execute`) on its
-  record's state s_i with the record's phase subspace (the record's phase replaces
-  `executor_config.phase`).
-
-  Args:
-    records: dev records (op, target, phase, state).
-    predictions: generated command text per record (end-of-turn token removed).
-    executor_config: budgets/costs of the executor.
-    count_tokens: backbone token counter (tokens).
-  Returns:
-    {'tool_accuracy': share with predicted op == target op (unparseable text has op
-     'Invalid'), 'invalid_rate': share unparseable, outside the phase subspace, or
-     rejected by the executor, 'executable_rate': 1 - invalid_rate, 'exact_match':
-     share whose parsed command equals the parsed target (canonical arguments),
-     'unparseable_rate', 'num_dev', and 'tool_accuracy/<op>' per target op}.
-  Raises:
-    ValueError: different numbers of records and predictions, or no records.
-  """
-  if len(records) != len(predictions):
-    raise ValueError(f'{len(records)} dev records but {len(predictions)} predictions')
-  if not records:
-    raise ValueError('dev metrics need at least one record')
-  tool, invalid, exact, unparseable = [], [], [], []
-  per_op: dict[str, list[bool]] = {}
-  for rec, text in zip(records, predictions):
-    parsed = cmds.parse_command(text, executor_config.max_command_chars)
-    ok_parse = isinstance(parsed, cmds.Command)
-    pred_op = parsed.op if ok_parse else cmds.INVALID_OP
-    cfg = dataclasses.replace(executor_config, phase=rec.phase, allowed_ops=None)
-    accepted = mexec.execute(rec.state, text, cfg, count_tokens).accepted
-    target = cmds.parse_command(rec.target, executor_config.max_command_chars)
-    tool.append(pred_op == rec.op)
-    per_op.setdefault(rec.op, []).append(pred_op == rec.op)
-    invalid.append(not accepted)
-    unparseable.append(not ok_parse)
-    exact.append(ok_parse and isinstance(target, cmds.Command) and parsed == target)
-  out = {'tool_accuracy': float(np.mean(tool)), 'invalid_rate': float(np.mean(invalid)),
-         'executable_rate': 1.0 - float(np.mean(invalid)),
-         'exact_match': float(np.mean(exact)),
-         'unparseable_rate': float(np.mean(unparseable)), 'num_dev': float(len(records))}
-  for op in sorted(per_op):
-    out[f'tool_accuracy/{op}'] = float(np.mean(per_op[op]))
-  return out
-
-
-def predict_commands(params: Any, model_config: qwen.QwenConfig,
-                     records: Sequence[sft_data.SFTRecord],
-                     tokenizer: tokenization.Tokenizer, *, batch_size: int,
-                     sampling_config: policy.PolicySamplingConfig,
-                     rng: Any = 0, mesh: jax.sharding.Mesh | None = None) -> list[str]:
-  """Greedy command text for each record's x_i through the RL sampler policy.
-
-  Uses `rl.policy.SamplerPolicy(greedy=True)` (eval_temperature, SPEC §4: 0), i.e. the
-  same prompt, stop tokens and decoding as rollout evaluation. Inputs are sorted by
-  length and sent in batches of exactly `batch_size` rows, so generation compiles once
-  per prompt bucket. With `mesh` (params placed on it) the sampler runs under its
-  sharding rules (`setup.generate_fn_for`).
-
-  Returns:
-    list[str] in record order (stop token removed, whitespace stripped).
-  """
-  if not records:
-    return []
-  sampler = policy.SamplerPolicy(model_config, params, tokenizer,
-                                 sampling_config=sampling_config, greedy=True,
-                                 batch_buckets=(batch_size,),
-                                 generate_fn=setup_lib.generate_fn_for(mesh))
-  order = sorted(range(len(records)), key=lambda i: len(records[i].policy_input))
-  texts = [''] * len(records)
-  key = jax.random.PRNGKey(rng) if isinstance(rng, (int, np.integer)) else rng
-  for start in range(0, len(order), batch_size):
-    idx = order[start:start + batch_size]
-    key, sub = jax.random.split(key)
-    outs = sampler([records[i].policy_input for i in idx], sub)
-    for i, out in zip(idx, outs):
-      texts[i] = out.text
-  return texts
 
 
 # ----------------------------------------------------------------------------- config glue
-# Shared with the RL trainer (train/setup.py); kept under the old name for callers.
-_tokenizer = setup_lib.load_tokenizer_cached
-
-
 def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
   names = {f.name for f in dataclasses.fields(ExecutorConfig)}
   values = {k: v for k, v in config.memory.to_dict().items() if k in names}
@@ -489,7 +96,7 @@ def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
           'teacher_backend': s.teacher_backend,
           'policy_input_limit': config.memory.policy_input_limit,
           'context_budget': config.memory.context_budget,
-          # Records longer than the learner shapes are dropped (see tokenize_records).
+          # Records longer than the learner shapes are dropped (see sft_examples.tokenize_records).
           'max_command_tokens': config.sampling.max_command_tokens,
           'max_sequence_tokens': config.batching.length_buckets[-1],
           'max_command_bucket': config.batching.command_buckets[-1]}
@@ -534,7 +141,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   Returns:
     Final metrics: 'step', 'total_steps', 'wall_time_s' (this call, seconds),
     'cumulative_wall_time_s' (all calls of this run), 'train_loss' (last step),
-    the last dev metrics (`dev_metrics` keys + 'dev_loss'), 'best_step' and its
+    the last dev metrics (`sft_eval.dev_metrics` keys + 'dev_loss'), 'best_step' and its
     'best_tool_accuracy' / 'best_invalid_rate', 'num_train', 'num_dev', dropped-record
     counts, and 'complete' (bool).
   Raises:
@@ -573,8 +180,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     f.write(table + '\n')
   max_cmd = min(bcfg.command_buckets[-1], int(config.sampling.max_command_tokens))
   limits = dict(max_sequence_tokens=bcfg.length_buckets[-1], max_command_tokens=max_cmd)
-  train, drop_train = tokenize_records(train_records, tok, **limits)
-  dev, drop_dev = tokenize_records(dev_records, tok, **limits)
+  train, drop_train = sft_examples.tokenize_records(train_records, tok, **limits)
+  dev, drop_dev = sft_examples.tokenize_records(dev_records, tok, **limits)
   if any(drop_train.values()) or any(drop_dev.values()):
     logging.warning('SFT records dropped (longer than the learner shapes: command <= %d '
                     'tokens incl. end of turn, sequence <= %d tokens): train %s, dev %s',
@@ -589,14 +196,15 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   # --- schedule
   seed = int(config.seed)
   batch_size = int(config.sft.batch_size)
-  spe = steps_per_epoch(len(train), batch_size)
+  spe = sft_examples.steps_per_epoch(len(train), batch_size)
   total = (int(config.sft.max_steps) if config.sft.max_steps
            else spe * int(config.sft.num_epochs))
-  opt = OptimizerConfig(learning_rate=float(config.sft.learning_rate), total_steps=total,
-                        warmup_ratio=float(config.sft.warmup_ratio),
-                        weight_decay=float(config.sft.weight_decay),
-                        max_grad_norm=float(config.sft.max_grad_norm))
-  schedule = lr_schedule(opt)
+  opt = sft_step.OptimizerConfig(learning_rate=float(config.sft.learning_rate),
+                                 total_steps=total,
+                                 warmup_ratio=float(config.sft.warmup_ratio),
+                                 weight_decay=float(config.sft.weight_decay),
+                                 max_grad_norm=float(config.sft.max_grad_norm))
+  schedule = sft_step.lr_schedule(opt)
   eval_every = int(config.sft.eval_every)
   save_every = int(config.checkpoint.save_every)
 
@@ -610,7 +218,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   model_cfg, params = setup_lib.init_or_load_params(config, model_cfg, init_key, mesh)
   # Sharded like the params (AdamW moments mirror them); the template below carries
   # these shardings, so a restore lands on the same layout.
-  opt_state = setup_lib.init_opt_state(make_optimizer(opt).init, params, mesh)
+  opt_state = setup_lib.init_opt_state(sft_step.make_optimizer(opt).init, params, mesh)
   template = checkpoints.TrainState(step=0, params=params, opt_state=opt_state, rng=rng,
                                     data_position=position(0), metadata={})
   with checkpoints.PhaseCheckpointManager(
@@ -633,13 +241,14 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     stop = total if stop_after_step is None else min(total, int(stop_after_step))
 
     def evaluate(p) -> dict[str, float]:
-      preds = predict_commands(p, model_cfg, [e.record for e in dev], tok,
-                               batch_size=bcfg.micro_batch_size,
-                               sampling_config=sampling_cfg,
-                               rng=jax.random.fold_in(rng, 1), mesh=mesh)
-      out = dev_metrics([e.record for e in dev], preds, executor_config=exec_cfg,
-                        count_tokens=tok.count_tokens)
-      out['dev_loss'] = command_loss(p, dev_batches, model_config=model_cfg, mesh=mesh)
+      preds = sft_eval.predict_commands(p, model_cfg, [e.record for e in dev], tok,
+                                        batch_size=bcfg.micro_batch_size,
+                                        sampling_config=sampling_cfg,
+                                        rng=jax.random.fold_in(rng, 1), mesh=mesh)
+      out = sft_eval.dev_metrics([e.record for e in dev], preds,
+                                 executor_config=exec_cfg, count_tokens=tok.count_tokens)
+      out['dev_loss'] = sft_step.command_loss(p, dev_batches, model_config=model_cfg,
+                                              mesh=mesh)
       for e, text in list(zip(dev, preds))[:2]:
         logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
                      text[:120])
@@ -652,11 +261,12 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     try:
       while step < stop:
         t0 = time.time()
-        idx, _, _ = batch_indices(step, len(train), batch_size, seed)
+        idx, _, _ = sft_examples.batch_indices(step, len(train), batch_size, seed)
         decisions = [train_decisions[i] for i in idx]
         mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
-        params, opt_state, m = train_step(params, opt_state, mbs, model_config=model_cfg,
-                                          opt=opt, mesh=mesh)
+        params, opt_state, m = sft_step.train_step(params, opt_state, mbs,
+                                                   model_config=model_cfg, opt=opt,
+                                                   mesh=mesh)
         m['lr'] = float(schedule(step))
         step += 1
         dt = time.time() - t0

@@ -1,0 +1,55 @@
+"""Checks that fail in seconds, before any phase trains: a mistyped workdir or an
+unreachable verifier should not surface after the first phase's work.
+
+(The tokenizer/model check is the config layer's:
+`experiments.configs.parts.validation.check_tokenizer_fits_model`.)
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_collections
+
+from experiments.configs.parts import library
+
+
+def check_workdir_writable(workdir: str) -> None:
+  """Creates `workdir` if needed and proves a file can be written there.
+
+  Runs before any training so a read-only or mistyped path fails in a second, not
+  after the first phase's work.
+
+  Raises:
+    ValueError: naming the path and the OS error.
+  """
+  import tempfile  # pylint: disable=g-import-not-at-top
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=workdir, prefix='.write_test'):
+      pass
+  except OSError as e:
+    raise ValueError(f'--workdir={workdir}: cannot write there ({e.strerror or e}); '
+                     'pass a writable --workdir') from e
+
+
+def check_verifier_endpoint(config: ml_collections.ConfigDict) -> None:
+  """For `verifier.backend='openai_compatible'`: builds the verifier (API key variable
+  set?) and sends one request (server up, URL and model right?) before any training.
+
+  Raises:
+    ValueError: `config.verifier: ...` naming what failed.
+  """
+  if config.verifier.backend != 'openai_compatible':
+    return
+  from vermem_jax import verifiers  # pylint: disable=g-import-not-at-top
+  try:
+    verifier = verifiers.make_verifier(library.library_configs(config)['verifier'])
+    try:
+      verifier.preflight()
+    finally:
+      verifier.close()
+  except ValueError as e:
+    if str(e).startswith('config.'):
+      raise
+    raise ValueError(f'config.verifier: {e}') from e

@@ -1,0 +1,121 @@
+"""The library's typed configs built from the ConfigDict sections.
+
+Sections map onto the library's small typed dataclasses with identical key / field
+names: `library_configs(config)` builds them all (data -> DataConfig, memory ->
+ExecutorConfig, advantage -> AdvantageConfig, reward -> RewardConfig, verifier ->
+VerifierConfig, solver -> SolverConfig, episodes -> ScenarioConfig + EnvConfig,
+batching -> BatchingConfig) and `model_config(config)` the QwenConfig. The sections
+`sampling`, `sft`, `rl`, `eval`, `checkpoint`, `metrics` are read by the trainers.
+The libraries are imported inside the functions: they are heavier than the config layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import ml_collections
+
+from vermem_jax import paths
+
+# Config keys that only the config layer reads (not fields of the section's library
+# dataclass); `library_configs` drops them.
+CONFIG_ONLY_KEYS = {
+    'data': ('data_dir',),
+    'solver': ('backend', 'hf_checkpoint'),
+    'episodes': ('op_space',),
+}
+
+
+def model_config(config: ml_collections.ConfigDict) -> Any:
+  """The policy's `models.QwenConfig`: from `model.hf_checkpoint`'s config.json when
+  set, else the `model.preset`; `model.dtype`, `param_dtype`, `remat` applied.
+
+  Raises:
+    ValueError: an unknown preset or an unreadable checkpoint config (names the field).
+  """
+  # The trainers' own builder (one definition); imported here because the library is
+  # heavier than the config layer.
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  return setup.model_config_from(config)
+
+
+def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """Builds the library dataclasses from their config sections.
+
+  Returns:
+    {'data': envs.hotpotqa.DataConfig, 'memory': memory.ExecutorConfig (phase =
+    episodes.op_space), 'advantage': rl.advantages.AdvantageConfig, 'reward':
+    rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
+    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.ScenarioConfig, 'env':
+    envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig}.
+  Raises:
+    ValueError: `config.<section>: <problem>` for an unknown key or a value the
+      dataclass rejects.
+  """
+  # Imported here: the libraries are heavier than the config layer.
+  from vermem_jax.envs import environment  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs import scenarios  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs import task_solvers  # pylint: disable=g-import-not-at-top
+  from vermem_jax.memory import config as memory_config  # pylint: disable=g-import-not-at-top
+  from vermem_jax.rl import advantages  # pylint: disable=g-import-not-at-top
+  from vermem_jax.rl import batching  # pylint: disable=g-import-not-at-top
+  from vermem_jax.rl import rewards  # pylint: disable=g-import-not-at-top
+  from vermem_jax.verifiers import base as verifier_base  # pylint: disable=g-import-not-at-top
+
+  def build(section: str, cls: type, **extra: Any) -> Any:
+    values = config[section].to_dict()
+    for key in CONFIG_ONLY_KEYS.get(section, ()):
+      values.pop(key, None)
+    try:
+      return to_dataclass(cls, values, **extra)
+    except (ValueError, TypeError) as e:
+      raise ValueError(f'config.{section}: {e}') from e
+
+  out = {
+      'data': build('data', hotpotqa.DataConfig, hotpotqa_dir=hotpotqa_dir(config)),
+      'memory': build('memory', memory_config.ExecutorConfig,
+                      phase=config.episodes.op_space),
+      'advantage': build('advantage', advantages.AdvantageConfig),
+      'reward': build('reward', rewards.RewardConfig),
+      'verifier': build('verifier', verifier_base.VerifierConfig),
+      'solver': build('solver', task_solvers.SolverConfig),
+      'episodes': build('episodes', scenarios.ScenarioConfig),
+      'batching': build('batching', batching.BatchingConfig),
+  }
+  try:
+    out['env'] = environment.EnvConfig.from_config(config.episodes.to_dict())
+  except (ValueError, TypeError) as e:
+    raise ValueError(f'config.episodes: {e}') from e
+  return out
+
+
+def hotpotqa_dir(config: ml_collections.ConfigDict) -> str:
+  """The HotpotQA folder: `data.hotpotqa_dir`, else `<data.data_dir>/hotpotqa`."""
+  return config.data.hotpotqa_dir or paths.hotpotqa_dir(config.data.data_dir)
+
+
+def to_dataclass(cls: type, section: Mapping[str, Any] | ml_collections.ConfigDict,
+                 *, strict: bool = True, **extra: Any) -> Any:
+  """Builds library dataclass `cls` from a config section (keys = field names).
+
+  Args:
+    cls: a dataclass type (e.g. memory.ExecutorConfig, rl.advantages.AdvantageConfig).
+    section: the ConfigDict section (or mapping).
+    strict: raise if the section holds keys `cls` does not have.
+    **extra: values for fields not in the section (they win over the section).
+  Raises:
+    ValueError: naming unknown keys (strict) or the dataclass's unknown fields.
+  """
+  if not dataclasses.is_dataclass(cls):
+    raise ValueError(f'{cls!r} is not a dataclass')
+  values = dict(section.to_dict() if isinstance(section, ml_collections.ConfigDict)
+                else section)
+  values.update(extra)
+  names = {f.name for f in dataclasses.fields(cls) if f.init}
+  unknown = sorted(set(values) - names)
+  if unknown and strict:
+    raise ValueError(f'{cls.__name__} has no field(s) {unknown}; config keys must match '
+                     f'its fields {sorted(names)}')
+  return cls(**{k: v for k, v in values.items() if k in names})

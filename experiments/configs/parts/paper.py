@@ -1,0 +1,301 @@
+"""SPEC's values (paper scale) of every config section, one builder per section.
+
+`paper_config(phase)` runs the builders of `SECTIONS` in order; each adds one section
+(`c.<name> = ConfigDict()`) and may reference fields of the sections before it
+(FieldReferences: the buckets follow memory / sampling limits, episodes.context_budget
+is memory's). A new section is a new builder appended to `SECTIONS`; a new field goes
+into its section's builder. Each field's comment cites its SPEC section; **decision**
+marks values SPEC leaves to the configured protocol and this project fixes. Sections
+whose keys equal a library dataclass's fields say so (`library.library_configs` builds
+them).
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from experiments.configs.parts import curriculum
+from experiments.configs.parts import derived
+from vermem_jax import paths
+
+# The official train file a paper-scale run needs (SPEC §4: the full train split).
+PAPER_TRAIN_FILE = 'hotpot_train_v1.1.json'
+# SPEC §4: episode counts (train, dev) and number of GRPO updates per RL phase.
+PAPER_EPISODES = {'phase_a': (8000, 800), 'phase_b': (8000, 800),
+                  'phase_c': (12000, 1200)}
+PAPER_UPDATES = {'phase_a': 1000, 'phase_b': 1000, 'phase_c': 1500}
+
+
+def _max_prompt_ref(c: ml_collections.ConfigDict) -> ml_collections.FieldReference:
+  """The longest policy prompt, memory.policy_input_limit + the chat-template reserve."""
+  return c.memory.get_ref('policy_input_limit') + c.sampling.get_ref(
+      'prompt_overhead_tokens')
+
+
+def _data(c: ml_collections.ConfigDict) -> None:
+  """Data (SPEC §4)."""
+  c.data = ml_collections.ConfigDict()
+  c.data.source = 'json'               # 'json' | 'tfds' | 'hf' (envs.hotpotqa.DataConfig)
+  c.data.data_dir = paths.default_data_dir()  # user-overridable data root
+  # HotpotQA folder; None = <data_dir>/hotpotqa. Official file names are preferred
+  # over the *_sample.json files (envs.hotpotqa.SPLIT_FILES).
+  c.data.hotpotqa_dir = ml_collections.FieldReference(None, field_type=str)
+  c.data.tfds_data_dir = ml_collections.FieldReference(None, field_type=str)
+  c.data.dev_fraction = 0.1            # SPEC §4: 90% construction / 10% internal dev
+  c.data.split_seed = 0                # salt of the id hash assigning the pools
+
+
+def _tokenizer(c: ml_collections.ConfigDict) -> None:
+  """Tokenizer (SPEC §1: budgets count backbone tokens)."""
+  c.tokenizer = ml_collections.ConfigDict()
+  c.tokenizer.name = 'qwen2.5'
+  c.tokenizer.path = ml_collections.FieldReference(None, field_type=str)  # None = HF ckpt
+
+
+def _model(c: ml_collections.ConfigDict) -> None:
+  """Model (paper Table 2 backbone)."""
+  c.model = ml_collections.ConfigDict()
+  c.model.preset = 'qwen2.5-7b-instruct'
+  # HF folder with config.json + safetensors; required at paper scale.
+  c.model.hf_checkpoint = ml_collections.FieldReference(None, field_type=str)
+  c.model.dtype = 'bfloat16'           # compute dtype on accelerators
+  c.model.param_dtype = 'float32'
+  c.model.remat = True                 # 8,192-token inputs need rematerialization
+  c.model.mesh_data = -1               # mesh axes (models/sharding.py); -1 = the rest
+  c.model.mesh_fsdp = 1
+  c.model.mesh_tensor = 1
+
+
+def _memory(c: ml_collections.ConfigDict) -> None:
+  """Memory executor + serialization (SPEC §1–3)."""
+  # Keys = memory.ExecutorConfig fields (its phase comes from episodes.op_space).
+  c.memory = ml_collections.ConfigDict()
+  c.memory.context_budget = 2048       # SPEC §1 decision: C_t budget in tokens
+  # SPEC §1: g(s) at most 8,192 tokens. A reference: the bucket fields derive from it.
+  c.memory.policy_input_limit = ml_collections.FieldReference(8192)
+  c.memory.retrieve_top_k = 3          # SPEC §2 decision: BM25 top-k
+  c.memory.bm25_k1 = 1.5               # BM25 library defaults (SPEC gives none)
+  c.memory.bm25_b = 0.75
+  c.memory.max_command_chars = 16384   # decision: longer command text is unparseable
+  c.memory.history_command_max_chars = 2000  # decision: rejected command kept in H
+  c.memory.max_tool_calls = 0          # SPEC §3 tool budget; 0 = no limit (decision)
+  c.memory.check_numbers_on_write = True  # SPEC §2 source support for Add/Update
+  # SPEC §3 constraint costs per violation (decision: Table 24 is not in the text).
+  c.memory.cost_parse = 1.0            # unparseable command
+  c.memory.cost_unknown_tool = 1.0     # unknown tool
+  c.memory.cost_bad_argument = 0.5     # missing or ill-typed argument
+  c.memory.cost_missing_id = 0.5       # reference to a missing id
+  c.memory.cost_foreign_ref = 1.0      # reference outside this task
+  c.memory.cost_unsupported_write = 0.5  # unsupported Add/Update
+  c.memory.cost_unjustified_delete = 0.5  # Delete without a reason
+  c.memory.cost_protected_removal = 1.0  # removal of protected evidence
+  c.memory.cost_context_overflow = 0.5  # C over its token budget
+  c.memory.cost_budget_exceeded = 0.5  # tool/interaction budget exceeded
+  c.memory.cost_leakage = 1.0          # answer / supporting-fact labels leaked
+  c.memory.cost_op_not_allowed = 1.0   # decision: like an unknown tool for the phase
+  c.memory.cost_cap = 1.0              # SPEC §3: several violations capped at 1.0
+
+
+def _sampling(c: ml_collections.ConfigDict) -> None:
+  """Policy sampling (SPEC §4)."""
+  c.sampling = ml_collections.ConfigDict()
+  c.sampling.temperature = 0.7         # SPEC §4 training rollouts
+  c.sampling.top_p = 0.95              # SPEC §4
+  c.sampling.eval_temperature = 0.0    # SPEC §4: evaluation is greedy
+  # decision: one command per generation (a reference: the buckets derive from it).
+  c.sampling.max_command_tokens = ml_collections.FieldReference(256)
+  # decision: tokens reserved for the chat template around x_t. An upper bound, not the
+  # measured value (Qwen2.5 adds 29, Qwen3 8-12), so one config fits every supported
+  # tokenizer; rl.policy.SamplerPolicy refuses a template that needs more.
+  c.sampling.prompt_overhead_tokens = ml_collections.FieldReference(64)
+  # Sampler prompt paddings (models/sampling.py): powers of two, then exactly the
+  # longest prompt, so a full 8,192-token x_t pads to 8,256, not to 16,384.
+  c.sampling.prompt_buckets = derived.derived_buckets_ref(derived.MIN_PROMPT_BUCKET,
+                                                        _max_prompt_ref(c))
+
+
+def _batching(c: ml_collections.ConfigDict) -> None:
+  """Learner batches (DESIGN.md: bounded set of jit shapes)."""
+  c.batching = ml_collections.ConfigDict()
+  c.batching.micro_batch_size = 8      # decision: decisions per learner micro-batch
+  # Derived tuples (derived.py); tuples, so config_flags can override them from
+  # the command line. The last length bucket holds the longest prompt + command.
+  c.batching.length_buckets = derived.derived_buckets_ref(
+      derived.MIN_LENGTH_BUCKET,
+      _max_prompt_ref(c) + c.sampling.get_ref('max_command_tokens'))
+  c.batching.command_buckets = derived.derived_buckets_ref(
+      derived.MIN_COMMAND_BUCKET, c.sampling.get_ref('max_command_tokens'))
+  c.batching.sort_by_length = True     # fewer padded tokens; same update sum
+
+
+def _sft(c: ml_collections.ConfigDict) -> None:
+  """SFT (SPEC §4)."""
+  c.sft = ml_collections.ConfigDict()
+  c.sft.num_targets = 8                # 7 tools + ∅, exactly balanced
+  c.sft.train_per_target = 4000        # SPEC §4
+  c.sft.dev_per_target = 500           # SPEC §4
+  c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
+  c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
+  # Optional teacher for the non-template half (paper App. D.2); keys =
+  # envs.sft_data.SFTDataConfig fields. None = templates fill every class.
+  c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
+  c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
+  c.sft.teacher_model = ''             # model name served there
+  c.sft.teacher_api_key_env = 'VERMEM_TEACHER_API_KEY'  # env var name; never logged
+  c.sft.teacher_timeout_s = 30.0       # decision: seconds per request
+  c.sft.teacher_max_tokens = 256       # decision: teacher reply length (tokens)
+  c.sft.teacher_temperature = 0.7      # decision: diverse teacher commands
+  c.sft.learning_rate = 2e-5           # SPEC §4 AdamW
+  c.sft.warmup_ratio = 0.03            # SPEC §4
+  c.sft.max_grad_norm = 1.0            # SPEC §4
+  c.sft.batch_size = 64                # SPEC §4
+  c.sft.num_epochs = 3                 # SPEC §4
+  c.sft.weight_decay = 0.0             # decision: SPEC gives none (HF Trainer default)
+  c.sft.eval_every = 200               # decision: steps between dev evaluations
+  c.sft.max_steps = ml_collections.FieldReference(None, field_type=int)  # None = epochs
+
+
+def _rl(c: ml_collections.ConfigDict) -> None:
+  """RL (SPEC §4, §6)."""
+  c.rl = ml_collections.ConfigDict()
+  c.rl.num_updates = PAPER_UPDATES.get(c.phase, 0)  # SPEC §4: A 1000, B 1000, C 1500
+  c.rl.tasks_per_update = 8            # SPEC §4
+  c.rl.rollouts_per_task = 8           # SPEC §4: K
+  c.rl.learning_rate = 1e-6            # SPEC §6
+  c.rl.max_grad_norm = 1.0             # SPEC §6
+  c.rl.clip_epsilon = 0.2              # SPEC §6 ε_clip
+  c.rl.kl_beta = 0.1                   # SPEC §6 β_KL
+  c.rl.kl_estimator = 'exact'          # issue 5: exact over the vocabulary; 'k3' optional
+  c.rl.entropy_coef = 0.0              # SPEC §6: no entropy bonus
+  c.rl.weight_decay = 0.0              # decision: SPEC gives none
+  c.rl.monitor_every = 10              # decision: cadence of m^all / m^ans (updates)
+  c.rl.reference_phase = curriculum.PREVIOUS_PHASE[c.phase] or ''  # SPEC §4 π_ref
+  # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
+  #   'learner': recomputed in the learner's forward at the rollout temperature under
+  #     stop_gradient. One optimizer step per update makes θ = θ_old there, so ρ = 1
+  #     exactly; the sampler's numbers are log-probs under the top-p-renormalized
+  #     distribution and would bias ρ by log(nucleus mass).
+  #   'sampler': the sampler's recorded log-probs (the bias above included).
+  c.rl.old_logprobs = 'learner'
+
+
+def _advantage(c: ml_collections.ConfigDict) -> None:
+  """Advantages (SPEC §6, paper Table 23)."""
+  # Keys = rl.advantages.AdvantageConfig fields.
+  c.advantage = ml_collections.ConfigDict()
+  c.advantage.mode = 'full'            # 'full' | 'no_verify' | 'local_only' | 'global_only'
+  c.advantage.std_floor = 0.01         # SPEC §6
+  c.advantage.epsilon = 1e-6           # SPEC §6
+  c.advantage.advantage_clip = 5.0     # SPEC §6: both advantages in [-5, 5]
+  c.advantage.local_min_count = 8      # SPEC §6: batch stats need ≥8 of a type
+  c.advantage.running_stats_decay = 0.99  # SPEC §6 EMA of the running statistics
+  c.advantage.running_stats_init_count = 128  # SPEC §6: dev transitions per type
+  c.advantage.lambda_local = 1.0       # SPEC §6 λ_l
+  c.advantage.lambda_global = 1.0      # SPEC §6 λ_g
+  c.advantage.lambda_constraint = 1.0  # SPEC §6 λ_c
+
+
+def _reward(c: ml_collections.ConfigDict) -> None:
+  """Rewards (SPEC §5)."""
+  # Keys = rl.rewards.RewardConfig fields. (Verifier scores 0..4 / 4 live in the
+  # verifiers' rubric parsing, SPEC §5.)
+  c.reward = ml_collections.ConfigDict()
+  c.reward.delta = 0.5                 # SPEC §5: efficiency gate 1[r^task ≥ δ]
+
+
+def _verifier(c: ml_collections.ConfigDict) -> None:
+  """Verifiers (SPEC §5; issue 5 backends)."""
+  # Keys = verifiers.base.VerifierConfig fields.
+  c.verifier = ml_collections.ConfigDict()
+  c.verifier.backend = 'openai_compatible'  # the paper uses frozen LLM verifiers
+  c.verifier.base_url = 'http://localhost:8000/v1'  # OpenAI-compatible endpoint
+  c.verifier.model = 'verifier'        # model name served at base_url
+  c.verifier.api_key_env = 'VERMEM_VERIFIER_API_KEY'  # env var name; key never logged
+  c.verifier.timeout_s = 60.0          # decision: seconds per request
+  c.verifier.max_concurrency = 8       # decision: requests in flight
+  c.verifier.max_retries = 2           # decision: retries on malformed output
+  c.verifier.backoff_s = 1.0           # decision: HTTP retry backoff base (seconds)
+  c.verifier.fallback = 'midpoint'     # 'zero' | 'midpoint' | 'heuristic' | 'skip'
+  c.verifier.checkpoint_path = ''      # local_model backend: HF checkpoint folder
+  c.verifier.tokenizer_path = ''       # local_model backend: '' = Qwen2.5 tokenizer
+  c.verifier.max_new_tokens = 48       # local_model: four short score lines
+  c.verifier.batch_size = 16           # local_model: prompts per generate call
+  c.verifier.temperature = 0.0         # frozen verifier, greedy (paper App. F.1)
+  c.verifier.max_section_chars = 12000  # decision: prompt section truncation
+  c.verifier.seed = 0
+
+
+def _solver(c: ml_collections.ConfigDict) -> None:
+  """Task solver π_task (SPEC §4)."""
+  # Keys = envs.task_solvers.SolverConfig fields + backend, hf_checkpoint.
+  c.solver = ml_collections.ConfigDict()
+  c.solver.backend = 'llm'             # 'llm' | 'oracle' (diagnostic stand-in)
+  c.solver.hf_checkpoint = ml_collections.FieldReference(None, field_type=str)  # None = backbone
+  c.solver.max_new_tokens = 64         # decision: solver answer length (tokens)
+  c.solver.temperature = 0.0           # greedy task solver (paper App. C.3)
+  c.solver.top_p = 1.0                 # paper App. C.3
+
+
+def _episodes(c: ml_collections.ConfigDict) -> None:
+  """Episodes (SPEC §4)."""
+  # Keys = envs.scenarios.ScenarioConfig fields + op_space; rollout_limit and
+  # token_budget also give envs.environment.EnvConfig.
+  c.episodes = ml_collections.ConfigDict()
+  train, dev = PAPER_EPISODES.get(c.phase, (0, 0))
+  c.episodes.op_space = curriculum.PHASE_OP_SPACE[c.phase]  # SPEC §4 allowed operations
+  c.episodes.seed = 0                  # episode RNG seed
+  c.episodes.num_train = train         # SPEC §4: A 8000, B 8000, C 12000
+  c.episodes.num_dev = dev             # SPEC §4: A 800, B 800, C 1200
+  c.episodes.rollout_limit = 16        # decision: max memory decisions per rollout
+  # decision: online-token budget per training rollout (None = unlimited).
+  c.episodes.token_budget = ml_collections.FieldReference(32768, field_type=int)
+  c.episodes.context_budget = c.memory.get_ref('context_budget')  # = memory's (SPEC §1)
+  c.episodes.fill_min = 0.5            # decision: Phase B C_0 fills 50–80% of budget
+  c.episodes.fill_max = 0.8
+  c.episodes.max_doc_sentences = 5     # decision: sentences per document observation
+  c.episodes.max_doc_tokens = 320      # decision: tokens per document observation
+  c.episodes.phase_a_distractors = 2   # decision: distractors in a Phase A schedule
+
+
+def _eval(c: ml_collections.ConfigDict) -> None:
+  """Evaluation (SPEC §7)."""
+  c.eval = ml_collections.ConfigDict()
+  c.eval.budgets = tuple(range(1000, 5001, 500))  # SPEC §7 hard episode budgets (tokens)
+  c.eval.target_success = 40.0         # SPEC §7: S* for TN@S*
+  c.eval.target_budget = 2500          # SPEC §7: B* for SR@B*
+  c.eval.seeds = (42, 43, 44)          # SPEC §7
+  c.eval.temperature = 0.0             # SPEC §4
+
+
+def _checkpoint(c: ml_collections.ConfigDict) -> None:
+  """Checkpoints (DESIGN.md)."""
+  c.checkpoint = ml_collections.ConfigDict()
+  c.checkpoint.max_to_keep = 3         # decision: newest N kept (+ SFT's best)
+  c.checkpoint.save_every = 10         # decision: updates (RL) / steps (SFT) per save
+
+
+def _metrics(c: ml_collections.ConfigDict) -> None:
+  """Metrics (issue 6)."""
+  c.metrics = ml_collections.ConfigDict()
+  c.metrics.log_every = 1              # updates (RL) / steps (SFT) per log row
+  c.metrics.tensorboard = True
+  c.metrics.advantage_table = True     # one row per decision, workdir/<phase>/advantages.jsonl
+  c.metrics.progress_bar = True
+
+
+# In this order: later sections reference fields of earlier ones.
+SECTIONS = (_data, _tokenizer, _model, _memory, _sampling, _batching, _sft, _rl,
+            _advantage, _reward, _verifier, _solver, _episodes, _eval, _checkpoint,
+            _metrics)
+
+
+def paper_config(phase: str) -> ml_collections.ConfigDict:
+  """SPEC's values for `phase` (one of curriculum.PHASE_ORDER; not checked here)."""
+  c = ml_collections.ConfigDict()
+  c.phase = phase                      # SPEC §4 curriculum stage
+  c.scale = 'paper'
+  c.seed = 42                          # SPEC §7: seeds 42, 43, 44 (one per run)
+  c.workdir = './workdir'              # the --workdir flag wins when given
+  for build_section in SECTIONS:
+    build_section(c)
+  return c

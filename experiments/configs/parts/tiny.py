@@ -1,0 +1,52 @@
+"""The default CPU scale: reductions of the paper-scale config (`paper.py`).
+
+Values that differ from SPEC are reduced sizes (counts, lengths) and CPU stand-ins
+(a tiny randomly initialised Qwen, the heuristic verifier, the oracle-evidence reader),
+never different formulas. A phase runs on a 2-core CPU in minutes.
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from experiments.configs.parts import derived
+from experiments.configs.parts import paper
+from vermem_jax import paths
+
+
+def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
+  """Shrinks sizes so a phase runs on a 2-core CPU in minutes (same formulas)."""
+  c.data.data_dir = paths.default_data_dir()  # HotpotQA samples + tokenizers
+  # <data_dir>/tokenizers/<name>, following later data_dir / name overrides.
+  c.tokenizer.path = derived.derived_tokenizer_path_ref(c)
+  c.model.preset = 'tiny'
+  c.model.hf_checkpoint = None         # randomly initialised tiny Qwen
+  c.model.dtype = 'float32'            # CPU
+  c.model.remat = False
+  # Shorter inputs for CPU speed; the SFT builder needs >= ~512 tokens of g(s) to fit
+  # the instruction block and a Summarize state. The bucket fields follow (derived).
+  c.memory.context_budget = 384
+  c.memory.policy_input_limit = 768
+  # Every SFT target fits (longest template command measured at 149 Qwen tokens), so no
+  # class is dropped from the balanced set.
+  c.sampling.max_command_tokens = 160
+  c.batching.micro_batch_size = 8
+  c.sft.train_per_target = 8
+  c.sft.dev_per_target = 4
+  c.sft.batch_size = 8
+  c.sft.num_epochs = 3                 # 64 examples / 8 = 8 steps x 3 epochs
+  c.sft.learning_rate = 1e-3           # a random tiny model needs a larger step
+  c.sft.eval_every = 8
+  c.rl.num_updates = 2 if phase != 'sft' else 0
+  c.rl.tasks_per_update = 2
+  c.rl.rollouts_per_task = 4
+  c.rl.monitor_every = 1
+  c.advantage.running_stats_init_count = 4
+  c.verifier.backend = 'heuristic'     # CPU stand-in for the LLM verifiers
+  c.solver.backend = 'oracle'          # oracle-evidence reader
+  if phase in paper.PAPER_EPISODES:
+    c.episodes.num_train = 16
+    c.episodes.num_dev = 4
+  c.episodes.rollout_limit = 3
+  c.episodes.token_budget = 16384
+  c.checkpoint.save_every = 1

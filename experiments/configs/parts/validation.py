@@ -1,0 +1,286 @@
+"""Config validation: `validate_config` names the first bad field, exit-code-2 style.
+
+The config layer's own checks run one `_check_*` function per section, in the order of
+`FIELD_CHECKS` (a new section appends its function there); then every library dataclass
+is built (`library.library_configs`), so their own validation runs and a key that is
+not one of their fields is reported; with `check_paths`, the files and folders the run
+reads must exist. `check_tokenizer_fits_model` is the costlier tokenizer/model check the
+CLI runs once before training.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ml_collections
+
+from experiments.configs.parts import curriculum
+from experiments.configs.parts import library
+from experiments.configs.parts import paper
+from vermem_jax import paths
+
+SOLVER_BACKENDS = ('oracle', 'llm')
+KL_ESTIMATORS = ('exact', 'k3')
+OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
+TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.SFTDataConfig's
+DTYPES = ('float32', 'bfloat16')
+
+
+def _require(cond: bool, field: str, message: str) -> None:
+  if not cond:
+    raise ValueError(f'config.{field}: {message}')
+
+
+def _check_run(config: ml_collections.ConfigDict) -> None:
+  """The top-level fields: phase, scale, seed."""
+  _require(config.phase in curriculum.PHASE_ORDER, 'phase',
+           f'expected one of {curriculum.PHASE_ORDER}')
+  _require(config.scale in curriculum.SCALES, 'scale',
+           f'expected one of {curriculum.SCALES}')
+  _require(isinstance(config.seed, int), 'seed', 'must be an int')
+
+
+def _check_model(config: ml_collections.ConfigDict) -> None:
+  _require(config.model.dtype in DTYPES, 'model.dtype', f'expected one of {DTYPES}')
+  _require(config.model.param_dtype in DTYPES, 'model.param_dtype',
+           f'expected one of {DTYPES}')
+  if config.scale == 'paper':
+    _require(bool(config.model.hf_checkpoint), 'model.hf_checkpoint',
+             'paper scale needs a Hugging Face Qwen folder: pass '
+             '--config.model.hf_checkpoint=/path/to/Qwen2.5-7B-Instruct')
+
+
+def _check_memory(config: ml_collections.ConfigDict) -> None:
+  m = config.memory
+  for key in m.keys():
+    if key.startswith('cost_') and key != 'cost_cap':
+      _require(0.0 <= m[key] <= m.cost_cap, f'memory.{key}',
+               f'cost {m[key]} outside [0, cost_cap={m.cost_cap}] (SPEC §3)')
+
+
+def _check_sampling(config: ml_collections.ConfigDict) -> None:
+  s = config.sampling
+  _require(s.temperature >= 0.0, 'sampling.temperature', 'must be >= 0')
+  _require(s.eval_temperature >= 0.0, 'sampling.eval_temperature', 'must be >= 0')
+  _require(0.0 < s.top_p <= 1.0, 'sampling.top_p', 'must be in (0, 1]')
+  _require(s.max_command_tokens >= 1, 'sampling.max_command_tokens', 'must be >= 1')
+  _require(isinstance(s.prompt_overhead_tokens, int) and s.prompt_overhead_tokens >= 0,
+           'sampling.prompt_overhead_tokens',
+           f'must be an int >= 0, got {s.prompt_overhead_tokens!r}')
+
+
+def _check_buckets(config: ml_collections.ConfigDict) -> None:
+  """The bucket fields (derived or set by hand) cover the longest prompt and row."""
+  m, s, b = config.memory, config.sampling, config.batching
+  max_prompt = m.policy_input_limit + s.prompt_overhead_tokens
+  for field, buckets in (('sampling.prompt_buckets', s.prompt_buckets),
+                         ('batching.length_buckets', b.length_buckets),
+                         ('batching.command_buckets', b.command_buckets)):
+    buckets = list(buckets or ())
+    _require(len(buckets) > 0 and all(isinstance(x, int) and x > 0 for x in buckets)
+             and buckets == sorted(set(buckets)), field,
+             f'must be positive ints, strictly increasing, got {buckets}')
+  _require(s.prompt_buckets[-1] >= max_prompt, 'sampling.prompt_buckets',
+           f'largest bucket {s.prompt_buckets[-1]} < memory.policy_input_limit + '
+           f'sampling.prompt_overhead_tokens = {m.policy_input_limit} + '
+           f'{s.prompt_overhead_tokens} = {max_prompt} (the longest policy prompt)')
+  _require(b.length_buckets[-1] >= max_prompt + s.max_command_tokens,
+           'batching.length_buckets',
+           f'largest bucket {b.length_buckets[-1]} < memory.policy_input_limit + '
+           f'sampling.prompt_overhead_tokens + sampling.max_command_tokens = '
+           f'{m.policy_input_limit} + {s.prompt_overhead_tokens} + '
+           f'{s.max_command_tokens} = {max_prompt + s.max_command_tokens}')
+  _require(b.command_buckets[-1] >= s.max_command_tokens, 'batching.command_buckets',
+           f'largest bucket {b.command_buckets[-1]} < max_command_tokens '
+           f'{s.max_command_tokens}')
+
+
+def _check_sft(config: ml_collections.ConfigDict) -> None:
+  t = config.sft
+  _require(t.num_targets == 8, 'sft.num_targets', 'SPEC §4 has 8 targets (7 tools + ∅)')
+  _require(t.train_per_target >= 1, 'sft.train_per_target', 'must be >= 1')
+  _require(t.dev_per_target >= 1, 'sft.dev_per_target', 'must be >= 1')
+  _require(0.0 <= t.template_fraction <= 1.0, 'sft.template_fraction', 'must be in [0, 1]')
+  _require(0.0 <= t.min_negative_fraction <= 1.0, 'sft.min_negative_fraction',
+           'must be in [0, 1]')
+  _require(t.learning_rate > 0, 'sft.learning_rate', 'must be > 0')
+  _require(0.0 <= t.warmup_ratio < 1.0, 'sft.warmup_ratio', 'must be in [0, 1)')
+  _require(t.max_grad_norm > 0, 'sft.max_grad_norm', 'must be > 0')
+  _require(t.batch_size >= 1, 'sft.batch_size', 'must be >= 1')
+  _require(t.num_epochs >= 1, 'sft.num_epochs', 'must be >= 1')
+  _require(t.weight_decay >= 0, 'sft.weight_decay', 'must be >= 0')
+  _require(t.eval_every >= 1, 'sft.eval_every', 'must be >= 1')
+  _require(t.max_steps is None or t.max_steps >= 1, 'sft.max_steps', 'must be >= 1 or None')
+  _require(t.teacher_backend in TEACHER_BACKENDS, 'sft.teacher_backend',
+           f'{t.teacher_backend!r} not in {TEACHER_BACKENDS}')
+  if t.teacher_backend:
+    _require(bool(t.teacher_base_url) and bool(t.teacher_model), 'sft.teacher_base_url',
+             'the teacher needs sft.teacher_base_url and sft.teacher_model')
+  _require(t.teacher_timeout_s > 0, 'sft.teacher_timeout_s', 'must be > 0 seconds')
+  _require(t.teacher_max_tokens >= 1, 'sft.teacher_max_tokens', 'must be >= 1')
+  _require(t.teacher_temperature >= 0, 'sft.teacher_temperature', 'must be >= 0')
+
+
+def _check_model_mesh(config: ml_collections.ConfigDict) -> None:
+  for key in ('model.mesh_data', 'model.mesh_fsdp', 'model.mesh_tensor'):
+    section, name = key.split('.')
+    value = config[section][name]
+    _require(isinstance(value, int) and (value >= 1 or (name == 'mesh_data'
+                                                        and value == -1)),
+             key, f'must be an int >= 1 (mesh_data may be -1 = the rest), got {value!r}')
+
+
+def _check_rl(config: ml_collections.ConfigDict) -> None:
+  r = config.rl
+  _require(r.num_updates >= 0, 'rl.num_updates', 'must be >= 0')
+  _require(r.tasks_per_update >= 1, 'rl.tasks_per_update', 'must be >= 1')
+  _require(r.rollouts_per_task >= 2, 'rl.rollouts_per_task',
+           f'K={r.rollouts_per_task}: group normalization needs K >= 2')
+  _require(r.learning_rate > 0, 'rl.learning_rate', 'must be > 0')
+  _require(r.max_grad_norm > 0, 'rl.max_grad_norm', 'must be > 0')
+  _require(r.clip_epsilon > 0, 'rl.clip_epsilon', 'must be > 0')
+  _require(r.kl_beta >= 0, 'rl.kl_beta', 'must be >= 0')
+  _require(r.kl_estimator in KL_ESTIMATORS, 'rl.kl_estimator',
+           f'{r.kl_estimator!r} not in {KL_ESTIMATORS}')
+  _require(r.entropy_coef >= 0, 'rl.entropy_coef', 'must be >= 0')
+  _require(r.weight_decay >= 0, 'rl.weight_decay', 'must be >= 0')
+  _require(r.monitor_every >= 1, 'rl.monitor_every', 'must be >= 1')
+  _require(r.old_logprobs in OLD_LOGPROBS_SOURCES, 'rl.old_logprobs',
+           f'{r.old_logprobs!r} not in {OLD_LOGPROBS_SOURCES}')
+  previous = curriculum.PREVIOUS_PHASE[config.phase]
+  _require(r.reference_phase == (previous or ''), 'rl.reference_phase',
+           f'{config.phase} uses {previous!r} as π_ref (SPEC §4)')
+
+
+def _check_advantage(config: ml_collections.ConfigDict) -> None:
+  a = config.advantage
+  _require(0.0 < a.running_stats_decay < 1.0, 'advantage.running_stats_decay',
+           'must be in (0, 1)')
+  for lam in ('lambda_local', 'lambda_global', 'lambda_constraint'):
+    _require(a[lam] >= 0, f'advantage.{lam}', 'must be >= 0')
+
+
+def _check_solver(config: ml_collections.ConfigDict) -> None:
+  _require(config.solver.backend in SOLVER_BACKENDS, 'solver.backend',
+           f'{config.solver.backend!r} not in {SOLVER_BACKENDS}')
+
+
+def _check_episodes(config: ml_collections.ConfigDict) -> None:
+  e, m, r = config.episodes, config.memory, config.rl
+  op_space = curriculum.PHASE_OP_SPACE[config.phase]
+  _require(e.op_space in ('A', 'B', 'C'), 'episodes.op_space', "expected 'A', 'B' or 'C'")
+  _require(e.op_space == op_space, 'episodes.op_space',
+           f'{config.phase} trains op space {op_space!r} (SPEC §4)')
+  _require(e.context_budget == m.context_budget, 'episodes.context_budget',
+           f'{e.context_budget} != memory.context_budget {m.context_budget}')
+  _require(e.token_budget is None or e.token_budget >= 1, 'episodes.token_budget',
+           'must be >= 1 token or None')
+  if config.phase != 'sft':
+    _require(e.num_train >= r.tasks_per_update, 'episodes.num_train',
+             f'{e.num_train} episodes < rl.tasks_per_update={r.tasks_per_update}')
+
+
+def _check_eval(config: ml_collections.ConfigDict) -> None:
+  ev = config.eval
+  _require(len(ev.budgets) > 0 and list(ev.budgets) == sorted(set(ev.budgets)),
+           'eval.budgets', 'must be a non-empty increasing list of token budgets')
+  _require(ev.budgets[0] <= ev.target_budget <= ev.budgets[-1], 'eval.target_budget',
+           f'B*={ev.target_budget} outside the budget range')
+  _require(0.0 <= ev.target_success <= 100.0, 'eval.target_success', 'must be in [0, 100]')
+
+
+def _check_checkpoint(config: ml_collections.ConfigDict) -> None:
+  _require(config.checkpoint.max_to_keep >= 1, 'checkpoint.max_to_keep', 'must be >= 1')
+  _require(config.checkpoint.save_every >= 1, 'checkpoint.save_every', 'must be >= 1')
+
+
+def _check_metrics(config: ml_collections.ConfigDict) -> None:
+  _require(config.metrics.log_every >= 1, 'metrics.log_every', 'must be >= 1')
+
+
+# Run in this order; the first failing field is the one reported.
+FIELD_CHECKS = (_check_run, _check_model, _check_memory, _check_sampling, _check_buckets,
+                _check_sft, _check_model_mesh, _check_rl, _check_advantage,
+                _check_solver, _check_episodes, _check_eval, _check_checkpoint,
+                _check_metrics)
+
+
+def _check_paths(config: ml_collections.ConfigDict) -> None:
+  """The data folders and split file, and the checkpoint folders the config names."""
+  _require(os.path.isdir(config.data.data_dir), 'data.data_dir',
+           f'{config.data.data_dir!r} is not a directory '
+           f'(set --config.data.data_dir or ${paths.DATA_DIR_ENV})')
+  hotpotqa_dir = library.hotpotqa_dir(config)
+  _require(os.path.isdir(hotpotqa_dir), 'data.hotpotqa_dir',
+           f'{hotpotqa_dir!r} is not a directory')
+  if config.data.source == 'json':
+    # Found now, not when the trainer builds its pools after model setup.
+    from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
+    try:
+      hotpotqa.find_split_file(hotpotqa.TRAIN, hotpotqa_dir)
+    except FileNotFoundError as e:
+      raise ValueError(f'config.data.hotpotqa_dir: {e}') from e
+  if config.scale == 'paper' and config.data.source == 'json':
+    official = os.path.join(hotpotqa_dir, paper.PAPER_TRAIN_FILE)
+    _require(os.path.isfile(official), 'data.hotpotqa_dir',
+             f'paper scale trains on the full HotpotQA train split; {official} is '
+             'missing (point --config.data.hotpotqa_dir at the official files)')
+  for field, folder in (('model.hf_checkpoint', config.model.hf_checkpoint),
+                        ('solver.hf_checkpoint', config.solver.hf_checkpoint),
+                        ('verifier.checkpoint_path', config.verifier.checkpoint_path
+                         if config.verifier.backend == 'local_model' else None)):
+    if folder:
+      _require(os.path.isdir(folder), field, f'{folder!r} is not a directory')
+
+
+def _check_tokenizer_path(config: ml_collections.ConfigDict) -> None:
+  # The trainers load config.tokenizer.path, else the checkpoint folder's tokenizer.
+  from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
+  tok_path = config.tokenizer.path or config.model.hf_checkpoint
+  _require(bool(tok_path), 'tokenizer.path',
+           'no tokenizer: set it, or model.hf_checkpoint whose folder holds one')
+  try:
+    tokenization.check_tokenizer_path(tok_path)
+  except (OSError, ValueError) as e:
+    hint = ('' if config.tokenizer.path else
+            ' (tokenizer.path is unset, so the tokenizer is read from '
+            'model.hf_checkpoint; set --config.tokenizer.path)')
+    raise ValueError(f'config.tokenizer.path: {e}{hint}') from e
+
+
+def validate_config(config: ml_collections.ConfigDict, *,
+                    check_paths: bool = False) -> None:
+  """Raises ValueError naming the first bad field (`config.<section>.<field>: why`).
+
+  Checks the config layer's own fields, then builds every library dataclass
+  (`library_configs`), so their own validation runs and a key that is not one of their
+  fields is reported.
+
+  Args:
+    config: a config from `get_config` (possibly overridden on the command line).
+    check_paths: also require that files and folders the run reads exist.
+  """
+  for check in FIELD_CHECKS:
+    check(config)
+  library.library_configs(config)  # the libraries' own checks, errors prefixed by section
+  if check_paths:
+    _check_paths(config)
+  if check_paths or not config.model.hf_checkpoint:
+    library.model_config(config)  # unknown preset / unreadable checkpoint config.json
+  if check_paths:
+    _check_tokenizer_path(config)
+
+
+def check_tokenizer_fits_model(config: ml_collections.ConfigDict) -> None:
+  """Loads the run's tokenizer and raises if it can emit ids the model lacks.
+
+  Costs one tokenizer load (seconds), so `run.py` calls it once before training rather
+  than `validate_config` on every call. See `tokenization.check_tokenizer_model_compat`.
+
+  Raises:
+    ValueError: `config.tokenizer.path: ...` naming both vocabulary sizes, or the
+      tokenizer / model config problems `validate_config(check_paths=True)` reports.
+  """
+  # The trainers' loader: cached per folder, so the trainer reuses this load.
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  setup.load_tokenizer_for(config, library.model_config(config))

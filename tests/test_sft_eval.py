@@ -1,0 +1,39 @@
+"""Tests of the SFT dev metrics (vermem_jax/train/sft_eval.py) on hand-made
+predictions for real SFT dev records."""
+
+import dataclasses
+
+import pytest
+
+from test_sft_examples import records  # pylint: disable=g-bad-import-order,unused-import
+from test_sft_examples import tok  # pylint: disable=unused-import
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory.config import ExecutorConfig
+from vermem_jax.train import sft_eval
+
+
+def test_dev_metrics_on_hand_made_predictions(records, tok):
+  dev = records[1]
+  by_op = {r.op: r for r in dev}
+  add, delete, null = by_op['Add'], by_op['Delete'], by_op['Null']
+  # The Update state offered in the LTM phase subspace (A): Retrieve is not allowed.
+  phase_a = dataclasses.replace(by_op['Update'], phase='A')
+  recs = [add, add, add, delete, null, phase_a]
+  preds = [add.target,                                  # exact, executable
+           'Add(content="never closed',                 # unparseable: invalid, op wrong
+           cmds.NULL_SYMBOL,                            # wrong op, but executable
+           'Delete(memory_id="no-such-id", reason="x")',  # right op, rejected
+           'Null()',                                    # exact (same command as ∅)
+           'Retrieve(query="anything")']                # op not allowed in phase A
+  m = sft_eval.dev_metrics(recs, preds, executor_config=ExecutorConfig(
+      context_budget=256, policy_input_limit=512), count_tokens=tok.count_tokens)
+  assert m['tool_accuracy'] == pytest.approx(3 / 6)     # add, delete, null
+  assert m['invalid_rate'] == pytest.approx(3 / 6)      # unparseable, missing id, phase
+  assert m['executable_rate'] == pytest.approx(3 / 6)
+  assert m['exact_match'] == pytest.approx(2 / 6)
+  assert m['unparseable_rate'] == pytest.approx(1 / 6)
+  assert m['tool_accuracy/Add'] == pytest.approx(1 / 3)
+  assert m['num_dev'] == 6
+  with pytest.raises(ValueError, match='predictions'):
+    sft_eval.dev_metrics(recs, preds[:2], executor_config=ExecutorConfig(),
+                         count_tokens=tok.count_tokens)

@@ -1,0 +1,113 @@
+"""SFT dev evaluation: greedy commands and the checkpoint-selection metrics (SPEC §4).
+
+Evaluation on the dev set: greedy decoding (`sampling.eval_temperature`, SPEC §4) of each
+dev prompt with the RL sampler policy (`rl.policy.SamplerPolicy(greedy=True)`,
+`predict_commands`), parsed with `memory.parse_command` and executed with
+`memory.execute` on the record's own state s_i under the record's phase subspace
+(`dev_metrics`): tool accuracy (predicted op == target op), invalid-operation rate
+(unparseable, op outside the phase, or rejected by the executor), executable rate
+(1 − invalid), exact command match. SPEC §4 selects the SFT checkpoint by dev tool
+accuracy, ties broken by the lower invalid rate. With a mesh, greedy decoding runs under
+`sharding.use_sharding` (`setup.generate_fn_for`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from vermem_jax import tokenization
+from vermem_jax.envs import sft_data
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory.config import ExecutorConfig
+from vermem_jax.models import qwen
+from vermem_jax.rl import policy
+from vermem_jax.train import setup as setup_lib
+
+
+def dev_metrics(records: Sequence[sft_data.SFTRecord], predictions: Sequence[str], *,
+                executor_config: ExecutorConfig,
+                count_tokens: Callable[[str], int]) -> dict[str, float]:
+  """Dev metrics of predicted command texts (SPEC §4 checkpoint selection).
+
+  Each prediction is parsed (`parse_command`) and executed (`memory.execute`) on its
+  record's state s_i with the record's phase subspace (the record's phase replaces
+  `executor_config.phase`).
+
+  Args:
+    records: dev records (op, target, phase, state).
+    predictions: generated command text per record (end-of-turn token removed).
+    executor_config: budgets/costs of the executor.
+    count_tokens: backbone token counter (tokens).
+  Returns:
+    {'tool_accuracy': share with predicted op == target op (unparseable text has op
+     'Invalid'), 'invalid_rate': share unparseable, outside the phase subspace, or
+     rejected by the executor, 'executable_rate': 1 - invalid_rate, 'exact_match':
+     share whose parsed command equals the parsed target (canonical arguments),
+     'unparseable_rate', 'num_dev', and 'tool_accuracy/<op>' per target op}.
+  Raises:
+    ValueError: different numbers of records and predictions, or no records.
+  """
+  if len(records) != len(predictions):
+    raise ValueError(f'{len(records)} dev records but {len(predictions)} predictions')
+  if not records:
+    raise ValueError('dev metrics need at least one record')
+  tool, invalid, exact, unparseable = [], [], [], []
+  per_op: dict[str, list[bool]] = {}
+  for rec, text in zip(records, predictions):
+    parsed = cmds.parse_command(text, executor_config.max_command_chars)
+    ok_parse = isinstance(parsed, cmds.Command)
+    pred_op = parsed.op if ok_parse else cmds.INVALID_OP
+    cfg = dataclasses.replace(executor_config, phase=rec.phase, allowed_ops=None)
+    accepted = mexec.execute(rec.state, text, cfg, count_tokens).accepted
+    target = cmds.parse_command(rec.target, executor_config.max_command_chars)
+    tool.append(pred_op == rec.op)
+    per_op.setdefault(rec.op, []).append(pred_op == rec.op)
+    invalid.append(not accepted)
+    unparseable.append(not ok_parse)
+    exact.append(ok_parse and isinstance(target, cmds.Command) and parsed == target)
+  out = {'tool_accuracy': float(np.mean(tool)), 'invalid_rate': float(np.mean(invalid)),
+         'executable_rate': 1.0 - float(np.mean(invalid)),
+         'exact_match': float(np.mean(exact)),
+         'unparseable_rate': float(np.mean(unparseable)), 'num_dev': float(len(records))}
+  for op in sorted(per_op):
+    out[f'tool_accuracy/{op}'] = float(np.mean(per_op[op]))
+  return out
+
+
+def predict_commands(params: Any, model_config: qwen.QwenConfig,
+                     records: Sequence[sft_data.SFTRecord],
+                     tokenizer: tokenization.Tokenizer, *, batch_size: int,
+                     sampling_config: policy.PolicySamplingConfig,
+                     rng: Any = 0, mesh: jax.sharding.Mesh | None = None) -> list[str]:
+  """Greedy command text for each record's x_i through the RL sampler policy.
+
+  Uses `rl.policy.SamplerPolicy(greedy=True)` (eval_temperature, SPEC §4: 0), i.e. the
+  same prompt, stop tokens and decoding as rollout evaluation. Inputs are sorted by
+  length and sent in batches of exactly `batch_size` rows, so generation compiles once
+  per prompt bucket. With `mesh` (params placed on it) the sampler runs under its
+  sharding rules (`setup.generate_fn_for`).
+
+  Returns:
+    list[str] in record order (stop token removed, whitespace stripped).
+  """
+  if not records:
+    return []
+  sampler = policy.SamplerPolicy(model_config, params, tokenizer,
+                                 sampling_config=sampling_config, greedy=True,
+                                 batch_buckets=(batch_size,),
+                                 generate_fn=setup_lib.generate_fn_for(mesh))
+  order = sorted(range(len(records)), key=lambda i: len(records[i].policy_input))
+  texts = [''] * len(records)
+  key = jax.random.PRNGKey(rng) if isinstance(rng, (int, np.integer)) else rng
+  for start in range(0, len(order), batch_size):
+    idx = order[start:start + batch_size]
+    key, sub = jax.random.split(key)
+    outs = sampler([records[i].policy_input for i in idx], sub)
+    for i, out in zip(idx, outs):
+      texts[i] = out.text
+  return texts

@@ -1,0 +1,245 @@
+"""The SFT optimizer and jitted step: command-token cross-entropy with gradient
+accumulation (SPEC §4; App. D.3, Eq. 7).
+
+Loss. Cross-entropy on command tokens only (SPEC §4): each command's token-mean NLL,
+averaged over the commands of the optimizer step. Micro-batches of
+`batching.micro_batch_size` rows return (Σ_commands token-mean NLL, number of commands)
+and their gradient sums (`accumulate_micro_batch`); the step divides once (deferred
+normalization, `apply_accumulated`), so any split of a step into micro-batches gives the
+same update (gradient accumulation, `train_step`). `command_loss` is the same loss
+without a gradient (the dev loss).
+
+Optimizer (SPEC §4; HF Trainer conventions where SPEC is silent): optax AdamW (β 0.9 /
+0.999, ε 1e-8; weight decay `sft.weight_decay`, not applied to 1-D parameters — biases
+and norm scales — as HF does), global-norm clipping at `sft.max_grad_norm`, learning
+rate `sft.learning_rate` with linear warmup over ceil(warmup_ratio · total) steps from 0,
+then LINEAR decay to 0 at the last step (HF `get_linear_schedule_with_warmup`; the paper
+gives only the warmup ratio). Batch `sft.batch_size` records per step, `sft.num_epochs`
+epochs (or `sft.max_steps` steps when set).
+
+Devices (`train/setup.py`). Parameters and the AdamW state live on the
+('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*` (the optimizer state sharded
+like the parameters); micro-batch rows are split over ('data', 'fsdp') and the jitted
+steps run under `sharding.use_sharding`, so the model's activation constraints apply.
+On one device all of this is the single-device computation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from vermem_jax.models import qwen
+from vermem_jax.rl import batching
+from vermem_jax.rl import grpo
+from vermem_jax.train import setup as setup_lib
+
+# AdamW moments/epsilon: the HF Trainer / PyTorch defaults (SPEC §4 names AdamW only).
+ADAM_B1 = 0.9
+ADAM_B2 = 0.999
+ADAM_EPS = 1e-8
+# Keys of the micro-batch the jitted SFT step reads (a fixed key set: one trace per shape).
+STEP_KEYS = ('input_ids', 'attention_mask', 'positions', 'command_positions',
+             'target_ids', 'command_ids')
+
+
+# ----------------------------------------------------------------------------- optimizer
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """SFT optimizer hyperparameters (config section `sft`; SPEC §4). Hashable: static jit
+  argument.
+
+  Attributes:
+    learning_rate: peak learning rate (SPEC §4: 2e-5).
+    total_steps: optimizer steps of the whole run.
+    warmup_ratio: share of total_steps with linear warmup (SPEC §4: 0.03).
+    weight_decay: AdamW decoupled weight decay (not on 1-D params).
+    max_grad_norm: global-norm clip (SPEC §4: 1.0).
+  """
+  learning_rate: float
+  total_steps: int
+  warmup_ratio: float = 0.03
+  weight_decay: float = 0.0
+  max_grad_norm: float = 1.0
+
+  def __post_init__(self):
+    if self.total_steps < 1:
+      raise ValueError(f'OptimizerConfig.total_steps must be >= 1, got {self.total_steps}')
+    if not 0.0 <= self.warmup_ratio < 1.0:
+      raise ValueError(f'OptimizerConfig.warmup_ratio must be in [0, 1), got '
+                       f'{self.warmup_ratio}')
+
+  @property
+  def warmup_steps(self) -> int:
+    """ceil(warmup_ratio · total_steps) (HF `get_warmup_steps`)."""
+    return int(math.ceil(self.warmup_ratio * self.total_steps))
+
+
+def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
+  """Learning rate of the update after `count` completed steps: 0 -> peak over the
+  warmup steps, then linearly to 0 at total_steps (HF linear schedule with warmup)."""
+  w, total = opt.warmup_steps, opt.total_steps
+  decay = optax.linear_schedule(opt.learning_rate, 0.0, max(1, total - w))
+  if w == 0:
+    return decay
+  warm = optax.linear_schedule(0.0, opt.learning_rate, w)
+  return optax.join_schedules([warm, decay], [w])
+
+
+def _decay_mask(params: Any) -> Any:
+  return jax.tree.map(lambda p: p.ndim > 1, params)
+
+
+@functools.partial(jax.jit, static_argnames=('opt',))
+def init_optimizer(params: Any, *, opt: OptimizerConfig) -> Any:
+  """`make_optimizer(opt).init(params)` as one compiled program (eager init compiles
+  every small op separately)."""
+  return make_optimizer(opt).init(params)
+
+
+def make_optimizer(opt: OptimizerConfig) -> optax.GradientTransformation:
+  """clip_by_global_norm(max_grad_norm) -> AdamW with `lr_schedule` (SPEC §4)."""
+  return optax.chain(
+      optax.clip_by_global_norm(opt.max_grad_norm),
+      optax.adamw(lr_schedule(opt), b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS,
+                  weight_decay=opt.weight_decay, mask=_decay_mask))
+
+
+# ----------------------------------------------------------------------------- step
+def _step_batch(mb: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  step = batching.to_step_batch(mb)
+  return {k: step[k] for k in STEP_KEYS}
+
+
+def zero_accumulator(params: Any) -> dict[str, Any]:
+  """Empty gradient/loss accumulator for one optimizer step (float32; gradient sums
+  sharded like `params`, so FSDP keeps them split)."""
+  zero = jnp.zeros((), jnp.float32)
+  return {'grads': setup_lib.zeros_like_params(params),
+          'loss_sum': zero, 'count': zero, 'token_nll': zero, 'token_correct': zero,
+          'tokens': zero}
+
+
+def _accumulate(params, acc, batch, model_config):
+  (total, count, m), grads = grpo.sft_loss_and_grads(
+      params, batch, model_config=model_config, reduction='decision')
+  return {
+      'grads': jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc['grads'], grads),
+      'loss_sum': acc['loss_sum'] + total,
+      'count': acc['count'] + count,
+      'token_nll': acc['token_nll'] + m['token_nll'][0],
+      'token_correct': acc['token_correct'] + m['token_accuracy'][0],
+      'tokens': acc['tokens'] + m['token_nll'][1],
+  }
+
+
+@functools.lru_cache(maxsize=None)
+def _accumulate_fn(donate: bool) -> Callable:
+  # Donating the accumulator halves peak gradient memory on accelerators; the CPU
+  # backend cannot donate and would warn on every call.
+  return jax.jit(_accumulate, static_argnames=('model_config',),
+                 donate_argnums=(1,) if donate else ())
+
+
+def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
+                           micro_batch: Mapping[str, np.ndarray], *,
+                           model_config: qwen.QwenConfig,
+                           mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+  """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
+
+  Args:
+    params: policy parameters.
+    acc: from `zero_accumulator` or a previous call (consumed on accelerators).
+    micro_batch: a `batching.build_batch` / `micro_batches` batch ([B, T] and [B, L]
+      arrays; only the STEP_KEYS are read).
+    model_config: QwenConfig (static).
+    mesh: the training mesh (`setup.make_mesh_from`): rows are split over
+      ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
+  Returns:
+    acc + {grads: ∂(Σ_commands token-mean NLL)/∂params, loss_sum: that sum, count:
+    number of commands, token_nll / token_correct / tokens: token-level sums}.
+  """
+  donate = jax.default_backend() != 'cpu'
+  batch = setup_lib.place_batch(_step_batch(micro_batch), mesh)
+  with setup_lib.mesh_context(mesh):
+    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config)
+
+
+@functools.partial(jax.jit, static_argnames=('opt',))
+def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
+                      opt: OptimizerConfig) -> tuple[Any, Any, dict[str, jax.Array]]:
+  """One optimizer update from an accumulated step (jitted; divides once).
+
+  Args:
+    params, opt_state: current parameters and `make_optimizer(opt)` state.
+    acc: the step's accumulator (all its micro-batches).
+    opt: OptimizerConfig (static).
+  Returns:
+    (params, opt_state, {'loss': mean over commands of each command's token-mean NLL,
+    'grad_norm': global norm of that loss's gradient before clipping, 'token_nll',
+    'token_accuracy', 'num_commands', 'num_command_tokens'}). The update's learning
+    rate is `lr_schedule(opt)(k)` for the k-th update (0-based).
+  """
+  count = jnp.maximum(acc['count'], 1.0)
+  grads = jax.tree.map(lambda g: g / count, acc['grads'])
+  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+  tx = make_optimizer(opt)
+  updates, new_opt_state = tx.update(grads, opt_state, params)
+  new_params = optax.apply_updates(params, updates)
+  tokens = jnp.maximum(acc['tokens'], 1.0)
+  out = {'loss': acc['loss_sum'] / count, 'grad_norm': optax.global_norm(grads),
+         'token_nll': acc['token_nll'] / tokens,
+         'token_accuracy': acc['token_correct'] / tokens,
+         'num_commands': acc['count'], 'num_command_tokens': acc['tokens']}
+  return new_params, new_opt_state, out
+
+
+def train_step(params: Any, opt_state: Any,
+               micro_batches: Sequence[Mapping[str, np.ndarray]], *,
+               model_config: qwen.QwenConfig, opt: OptimizerConfig,
+               mesh: jax.sharding.Mesh | None = None
+               ) -> tuple[Any, Any, dict[str, float]]:
+  """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
+
+  With `mesh`, params / opt_state should already be placed on it (`setup.
+  init_or_load_params`, `setup.init_opt_state`); the result keeps their shardings.
+
+  Returns:
+    (params, opt_state, metrics as Python floats; see `apply_accumulated`).
+  """
+  if not micro_batches:
+    raise ValueError('an SFT step needs at least one micro-batch')
+  acc = zero_accumulator(params)
+  for mb in micro_batches:
+    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh)
+  with setup_lib.mesh_context(mesh):
+    params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
+  return params, opt_state, {k: float(v) for k, v in jax.device_get(out).items()}
+
+
+@functools.partial(jax.jit, static_argnames=('model_config',))
+def _nll_sums(params, batch, model_config):
+  logits = grpo.command_logits(model_config, params, batch)
+  total, count, _ = grpo.command_nll_from_logits(logits, batch, reduction='decision')
+  return total, count
+
+
+def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
+                 model_config: qwen.QwenConfig,
+                 mesh: jax.sharding.Mesh | None = None) -> float:
+  """Mean over commands of each command's token-mean NLL (no gradient; dev loss)."""
+  total, count = 0.0, 0.0
+  for mb in micro_batches:
+    with setup_lib.mesh_context(mesh):
+      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config)
+    total += float(t)
+    count += float(c)
+  return total / max(count, 1.0)
+
