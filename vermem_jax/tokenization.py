@@ -27,6 +27,9 @@ from vermem_jax.memory import token_count
 # Special tokens that end a completion in the Qwen chat format (HF tokenizer_config of
 # Qwen2.5/Qwen3: `<|im_end|>` is eos of the instruct models, `<|endoftext|>` of the base).
 STOP_TOKEN_STRINGS = ("<|im_end|>", "<|endoftext|>")
+# ChatML markers: special tokens of the Qwen vocabulary, and what `skip_special_tokens`
+# drops from a SentencePiece decode (where they are ordinary user-defined pieces).
+CHAT_MARKERS = ("<|im_start|>",) + STOP_TOKEN_STRINGS
 # Entries kept by the `count_tokens` memo; bounded so long runs do not grow memory.
 COUNT_CACHE_SIZE = 8192
 # Texts longer than this (characters) are counted without entering the memo, so the memo
@@ -138,7 +141,10 @@ class HFTokenizer(Tokenizer):
 
   def __init__(self, path: str):
     super().__init__()
-    # transformers is heavy to import; only HF folders pay for it.
+    # transformers is heavy to import; only HF folders pay for it. It serves tokenizers
+    # only here, so its import-time advice that PyTorch is missing (models unavailable)
+    # does not apply; a user's own TRANSFORMERS_NO_ADVISORY_WARNINGS setting wins.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     import transformers  # pylint: disable=g-import-not-at-top
 
     try:
@@ -239,6 +245,8 @@ class SentencePieceTokenizer(Tokenizer):
       raise ValueError(f"cannot load SentencePiece model {path!r}: {e}") from e
     self.splits_after_newline = sentencepiece_splits_after_newline(
         self.sp.serialized_model_proto())
+    self._marker_ids = frozenset(i for i in map(self.token_to_id, CHAT_MARKERS)
+                                 if i is not None)
     self.vocab_size = int(self.sp.GetPieceSize())
     eos = int(self.sp.eos_id())
     if eos < 0:
@@ -260,7 +268,7 @@ class SentencePieceTokenizer(Tokenizer):
     ids = [int(i) for i in ids]
     if skip_special_tokens:
       ids = [i for i in ids if not (self.sp.IsControl(i) or self.sp.IsUnknown(i))
-             and i not in self.stop_token_ids]
+             and i not in self.stop_token_ids and i not in self._marker_ids]
     return self.sp.DecodeIds(ids)
 
   def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
@@ -400,5 +408,6 @@ def check_tokenizer_model_compat(tokenizer: Tokenizer, model_config: Any) -> Non
 __all__ = [
     "Tokenizer", "HFTokenizer", "SentencePieceTokenizer", "load_tokenizer",
     "check_tokenizer_path", "check_tokenizer_model_compat",
-    "render_chatml", "STOP_TOKEN_STRINGS", "sentencepiece_splits_after_newline",
+    "render_chatml", "STOP_TOKEN_STRINGS", "CHAT_MARKERS",
+    "sentencepiece_splits_after_newline",
 ]

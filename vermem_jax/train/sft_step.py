@@ -12,10 +12,11 @@ without a gradient (the dev loss).
 Optimizer (SPEC §4; HF Trainer conventions where SPEC is silent): optax AdamW (β 0.9 /
 0.999, ε 1e-8; weight decay `sft.weight_decay`, not applied to 1-D parameters — biases
 and norm scales — as HF does), global-norm clipping at `sft.max_grad_norm`, learning
-rate `sft.learning_rate` with linear warmup over ceil(warmup_ratio · total) steps from 0,
-then LINEAR decay to 0 at the last step (HF `get_linear_schedule_with_warmup`; the paper
-gives only the warmup ratio). Batch `sft.batch_size` records per step, `sft.num_epochs`
-epochs (or `sft.max_steps` steps when set).
+rate `sft.learning_rate` with linear warmup over ceil(warmup_ratio · total) steps from
+lr/w (never 0: `lr_schedule`), then LINEAR decay towards 0 at the last step (HF
+`get_linear_schedule_with_warmup` shape; the paper gives only the warmup ratio). Batch
+`sft.batch_size` records per step, `sft.num_epochs` epochs (or `sft.max_steps` steps
+when set).
 
 Devices (`train/setup.py`). Parameters and the AdamW state live on the
 ('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*` (the optimizer state sharded
@@ -83,13 +84,18 @@ class OptimizerConfig:
 
 
 def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
-  """Learning rate of the update after `count` completed steps: 0 -> peak over the
-  warmup steps, then linearly to 0 at total_steps (HF linear schedule with warmup)."""
+  """Learning rate of the update after `count` completed steps (0-based step k).
+
+  Warmup: lr·(k + 1)/w for the w = warmup_steps first steps (lr/w, 2·lr/w, ..., lr),
+  then a linear decay lr·(total − k)/(total − w) for k >= w, whose last step
+  (k = total − 1) is lr/(total − w). Unlike HF `get_linear_schedule_with_warmup`,
+  whose first step runs at lr 0 and so wastes a step, every step has a positive rate.
+  """
   w, total = opt.warmup_steps, opt.total_steps
   decay = optax.linear_schedule(opt.learning_rate, 0.0, max(1, total - w))
   if w == 0:
     return decay
-  warm = optax.linear_schedule(0.0, opt.learning_rate, w)
+  warm = optax.linear_schedule(opt.learning_rate / w, opt.learning_rate, max(1, w - 1))
   return optax.join_schedules([warm, decay], [w])
 
 
