@@ -23,6 +23,11 @@ from vermem_jax.train import sft
 
 def tiny_config():
   c = common.get_config('sft')
+  # The Qwen2.5 tokenizer with the Qwen-vocabulary tiny preset (the CPU default is the
+  # 4k SentencePiece model; tests/test_tiny_sp_preset.py trains that one).
+  c.tokenizer.name = 'qwen2.5'
+  c.model.preset = 'tiny'
+  c.model.dtype = 'float32'
   c.memory.context_budget = 256
   c.memory.policy_input_limit = 512
   c.sampling.max_command_tokens = 32   # longer targets are dropped (counted)
@@ -35,6 +40,7 @@ def tiny_config():
   c.sft.num_epochs = 2
   c.sft.eval_every = 100               # dev evaluation at the epoch ends only
   c.checkpoint.save_every = 1
+  c.checkpoint.max_to_keep = 3
   c.metrics.progress_bar = False
   c.metrics.tensorboard = False
   validation.validate_config(c)

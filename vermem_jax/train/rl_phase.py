@@ -84,6 +84,7 @@ from vermem_jax.rl import rollout
 from vermem_jax.rl import rollout_records
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
+from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_resume
@@ -99,6 +100,29 @@ def _numeric(values: Mapping[str, Any]) -> dict[str, float]:
     elif isinstance(v, (int, float, np.integer, np.floating)):
       out[k] = float(v)
   return out
+
+
+# Prefix of the greedy internal-dev figures in metrics rows and the phase result.
+DEV_PREFIX = 'internal_dev/'
+
+
+def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
+                         mesh: Any = None) -> dict[str, float]:
+  """Greedy internal-dev episode metrics of `params` on the phase's first `count` dev
+  episodes (`train.internal_dev.evaluate_dev_episodes`); {} when count is 0."""
+  specs = list(setup.dev_specs)[:max(0, int(count))]
+  if not specs:
+    return {}
+  greedy = policy_lib.SamplerPolicy(
+      setup.model_config, params, setup.tokenizer, sampling_config=setup.sampling_config,
+      greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
+  return internal_dev.evaluate_dev_episodes(
+      greedy, specs, setup.solver, count_tokens=setup.tokenizer.count_tokens,
+      executor_config=setup.executor_config, env_config=setup.env_config)
+
+
+def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
+  return {f'{DEV_PREFIX}{when}/{k}': float(v) for k, v in figures.items()}
 
 
 def rollout_summary(result: rollout_records.RolloutResult) -> dict[str, float]:
@@ -202,9 +226,11 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
 
   setup = rl_setup.build_setup(config, mesh=mesh)
   tok = setup.tokenizer
+  dev_count = int(config.rl.get('internal_dev_episodes', 0))
   if restored is None:
     step = 0
     params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable, so sharing is safe
+    dev_start = _dev_row('start', internal_dev_figures(setup, params, dev_count, mesh))
     opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
                                          params, mesh)
     running, used = rl_setup.init_running_stats(config, setup)
@@ -223,6 +249,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                        'episodes); use a fresh --workdir')
     running = adv.RunningStats.from_dict(restored.running_stats)
     prior_wall = float((restored.metadata or {}).get('cumulative_wall_time_s', 0.0))
+    dev_start = dict((restored.metadata or {}).get('internal_dev_start') or {})
     if rl_resume.read_reference(directory) is None:
       rl_resume.write_reference(directory, reference)
     logging.info('%s resumes from update %d of %d in %s', phase, step, total, directory)
@@ -238,6 +265,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   monitor_every = int(config.rl.monitor_every)
   writer = metrics_lib.MetricsWriter(directory, resume_step=step,
                                      tensorboard=bool(config.metrics.tensorboard))
+  if dev_start and step == 0:
+    writer.write(0, dev_start)  # θ_0 = θ_prev, before the first update
   table = (metrics_lib.AdvantageTable(directory, phase, resume_update=step)
            if config.metrics.advantage_table else None)
   bar = metrics_lib.progress_bar(total, initial=step, desc=phase,
@@ -280,6 +309,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         row['monitor/point'] = float(n - 1)
         row['monitor/m_all'] = row.get('reward/m_all', math.nan)
         row['monitor/m_ans'] = row.get('reward/m_ans', math.nan)
+      if n == total and dev_count > 0:
+        row.update(_dev_row('end', internal_dev_figures(setup, params, dev_count, mesh)))
       last = row
       if n % log_every == 0 or n == total or is_monitor:
         writer.write(n, row)
@@ -293,10 +324,11 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         wall = prior_wall + time.time() - t_start
         metadata = {'fingerprint': fingerprint, 'reference': reference,
                     'cumulative_wall_time_s': wall, 'complete': n >= total,
-                    'num_updates': total}
+                    'num_updates': total, 'internal_dev_start': dev_start}
         if n >= total:
           metadata['final_metrics'] = _final_metrics(
-              phase, n, total, wall, reference, params, resumed_from, row)
+              phase, n, total, wall, reference, params, resumed_from,
+              {**dev_start, **row})
         mgr.save(checkpoints.TrainState(
             step=n, params=params, opt_state=opt_state,
             rng=task_selection.update_rng(seed, n + 1), running_stats=running.to_dict(),
@@ -309,7 +341,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   mgr.close()
   wall = prior_wall + time.time() - t_start
   out = _final_metrics(phase, step, total, wall, reference, params, resumed_from,
-                       last or last_logged)
+                       {**dev_start, **(last or last_logged)})
   out['wall_time_s'] = time.time() - t_start
   return out
 

@@ -69,6 +69,15 @@ def model_dims_from(config: ml_collections.ConfigDict) -> dict[str, int]:
   return out
 
 
+def model_identity(config: ml_collections.ConfigDict) -> str:
+  """The policy model in a resume fingerprint: the checkpoint folder, or the preset
+  name followed by the dimensions the config sets (`tiny-sp4k hidden_size=384`)."""
+  if config.model.hf_checkpoint:
+    return str(config.model.hf_checkpoint)
+  dims = model_dims_from(config)
+  return ' '.join([str(config.model.preset)] + [f'{k}={v}' for k, v in dims.items()])
+
+
 def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
   """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`
   with the dimensions the config sets (`model.hidden_size=...`, `MODEL_DIM_FIELDS`),

@@ -28,12 +28,13 @@ constraints apply. On one device all of this is the single-device computation.
 
 Checkpoints (`workdir/sft`, one `PhaseCheckpointManager`): after every evaluation, with
 selection metrics {tool_accuracy, invalid_rate} (best = higher dev tool accuracy, ties
-by lower invalid rate; SPEC §4), and every `checkpoint.save_every` steps. Each holds
-params, optimizer state, RNG key and the data position, so a killed run resumes from
+by lower invalid rate, SPEC §4; a full tie goes to the later step), and every
+`checkpoint.save_every` steps. Each holds params, optimizer state, RNG key and the
+data position, so a killed run resumes from
 its newest restorable checkpoint and ends with params bit-identical to an uninterrupted
 run. A run whose newest checkpoint is the completed last step returns its stored final
 metrics without work. Metrics go to `workdir/sft/metrics.jsonl` + TensorBoard; the
-SFT counts table to the log, stdout and `workdir/sft/sft_data_counts.txt`.
+SFT counts table to stdout (once) and `workdir/sft/sft_data_counts.txt`.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _sft_data_config(config: ml_collections.ConfigDict) -> sft_data.SFTDataConfi
 def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Config fields that determine the training trajectory (checked on resume)."""
   s = config.sft
-  return {'seed': config.seed, 'model': config.model.hf_checkpoint or config.model.preset,
+  return {'seed': config.seed, 'model': setup_lib.model_identity(config),
           'train_per_target': s.train_per_target, 'dev_per_target': s.dev_per_target,
           'learning_rate': s.learning_rate, 'warmup_ratio': s.warmup_ratio,
           'weight_decay': s.weight_decay, 'max_grad_norm': s.max_grad_norm,
@@ -173,11 +174,11 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       construction, dev_pool, count_tokens=tok.count_tokens,
       config=_sft_data_config(config), verbose=False)
   table = report.format_table()
-  print(table, flush=True)
-  logging.info('SFT set:\n%s', table)
   os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, COUNTS_FILE), 'w') as f:
     f.write(table + '\n')
+  # Printed once (not logged as well, which would show it twice on a terminal).
+  print(f'SFT set (also in {os.path.join(directory, COUNTS_FILE)}):\n{table}', flush=True)
   max_cmd = min(bcfg.command_buckets[-1], int(config.sampling.max_command_tokens))
   limits = dict(max_sequence_tokens=bcfg.length_buckets[-1], max_command_tokens=max_cmd)
   train, drop_train = sft_examples.tokenize_records(train_records, tok, **limits)
@@ -325,7 +326,7 @@ def _final_metrics(step, total, wall, train_loss, last_dev, mgr, selection, num_
   if selection is not None:
     # The step being saved is not yet known to the manager.
     key = checkpoints.sft_selection_key(selection)
-    if best is None or key > checkpoints.sft_selection_key(_best_selection(mgr, best)):
+    if best is None or key >= checkpoints.sft_selection_key(_best_selection(mgr, best)):
       best, best_metrics = step, selection
   if best is not None and best_metrics is None:
     best_metrics = _best_selection(mgr, best)

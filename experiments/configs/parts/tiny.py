@@ -16,27 +16,30 @@ from vermem_jax import paths
 
 def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   """Shrinks sizes so a phase runs on a 2-core CPU in minutes (same formulas)."""
-  c.data.data_dir = paths.default_data_dir()  # HotpotQA samples + tokenizers
-  # <data_dir>/tokenizers/<name>, following later data_dir / name overrides.
+  c.data.data_dir = paths.default_data_dir()  # HotpotQA samples (+ HF tokenizers)
+  # The packaged 4k SentencePiece model (vermem_jax.tokenizer_build); another name
+  # (`--config.tokenizer.name=qwen2.5`) gives <data_dir>/tokenizers/<name>.
+  c.tokenizer.name = 'hotpotqa-sp4k'
   c.tokenizer.path = derived.derived_tokenizer_path_ref(c)
-  c.model.preset = 'tiny'
-  c.model.hf_checkpoint = None         # randomly initialised tiny Qwen
-  c.model.dtype = 'float32'            # CPU
+  c.model.preset = 'tiny-sp4k'
+  c.model.hf_checkpoint = None         # randomly initialised small Qwen
+  c.model.dtype = 'bfloat16'           # bf16 matmuls, float32 accumulation and params
   c.model.remat = False
   # Shorter inputs for CPU speed; the SFT builder needs >= ~512 tokens of g(s) to fit
   # the instruction block and a Summarize state. The bucket fields follow (derived).
-  c.memory.context_budget = 384
-  c.memory.policy_input_limit = 768
-  # Every SFT target fits (longest template command measured at 149 Qwen tokens), so no
-  # class is dropped from the balanced set.
-  c.sampling.max_command_tokens = 160
+  c.memory.context_budget = 320
+  c.memory.policy_input_limit = 640
+  # Every SFT target fits (longest template command measured at 177 tokens of the 4k
+  # SentencePiece model), so no class is dropped from the balanced set.
+  c.sampling.max_command_tokens = 192
+  derived.install_tiny_buckets(c)      # finer length buckets, one command bucket
   c.batching.micro_batch_size = 8
-  c.sft.train_per_target = 8
-  c.sft.dev_per_target = 4
-  c.sft.batch_size = 8
-  c.sft.num_epochs = 3                 # 64 examples / 8 = 8 steps x 3 epochs
-  c.sft.learning_rate = 1e-3           # a random tiny model needs a larger step
-  c.sft.eval_every = 8
+  c.sft.train_per_target = 96
+  c.sft.dev_per_target = 8
+  c.sft.batch_size = 16
+  c.sft.num_epochs = 3
+  c.sft.learning_rate = 1e-3           # a random small model needs a larger step
+  c.sft.eval_every = 1000
   c.rl.num_updates = 2 if phase != 'sft' else 0
   c.rl.tasks_per_update = 2
   c.rl.rollouts_per_task = 4
@@ -49,4 +52,5 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
     c.episodes.num_dev = 4
   c.episodes.rollout_limit = 3
   c.episodes.token_budget = 16384
-  c.checkpoint.save_every = 1
+  c.checkpoint.save_every = 1000
+  c.checkpoint.max_to_keep = 1

@@ -145,6 +145,9 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
   _require(r.entropy_coef >= 0, 'rl.entropy_coef', 'must be >= 0')
   _require(r.weight_decay >= 0, 'rl.weight_decay', 'must be >= 0')
   _require(r.monitor_every >= 1, 'rl.monitor_every', 'must be >= 1')
+  _require(isinstance(r.internal_dev_episodes, int) and r.internal_dev_episodes >= 0,
+           'rl.internal_dev_episodes',
+           f'must be an int >= 0 (0 = off), got {r.internal_dev_episodes!r}')
   _require(r.old_logprobs in OLD_LOGPROBS_SOURCES, 'rl.old_logprobs',
            f'{r.old_logprobs!r} not in {OLD_LOGPROBS_SOURCES}')
   previous = curriculum.PREVIOUS_PHASE[config.phase]
