@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdir
 
-.PHONY: run test install install-test bench clean
+.PHONY: run test install install-test install-benchmarks bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,11 +18,23 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
+# The benchmark adapters' packages. fast-downward-textworld (ALFWorld's planner) is
+# compiled with the `python` found on PATH, so the venv's comes first; pddlgym goes in
+# without its declared deps (see PDDLGYM in setup.py).
+$(VENV)/.installed-benchmarks: $(VENV)/.installed-test setup.py
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(PY) -m pip install -q -e '.[scienceworld,babyai,alfworld,pddl-runtime]'
+	$(PY) -m pip install -q --no-deps "$$(grep -o 'pddlgym==[0-9.]*' setup.py)"
+	touch $@
+
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
+install-benchmarks: $(VENV)/.installed-benchmarks
 
+# The tiny curriculum up to Phase B, then a short held-out evaluation table (Base, SFT,
+# Phase A, Phase B on a handful of HotpotQA validation questions).
 run: install
 	$(PY) experiments/run.py --config=phase_b.py --workdir=$(WORKDIR)
+	$(PY) experiments/run.py --config=eval_hotpotqa.py --workdir=$(WORKDIR)
 
 test: install-test
 	$(PY) -m pytest -q tests

@@ -12,12 +12,22 @@ def _requirements(name):
 
 
 _TFDS = ["tensorflow-datasets==4.9.10", "array-record==0.8.6"]
+# pddlgym 0.0.7 pins pillow<10 for image renderers the PDDL adapter never calls; the
+# `pddl-runtime` extra holds what it imports, so `make install-benchmarks` can install
+# pddlgym itself with --no-deps and keep one Pillow (the pin is read from this line).
+PDDLGYM = "pddlgym==0.0.7"
+PDDL_RUNTIME = ["gym==0.26.2", "imageio>=2.31", "scikit-image>=0.22", "networkx>=3",
+                "matplotlib>=3.8"]
 
 setup(
     name="vermem_jax",
     version="0.1.0",
     description="VerMem (arXiv 2608.03137) memory-operation policy training in JAX/Flax.",
-    packages=find_packages(include=["vermem_jax", "vermem_jax.*"]),
+    # The benchmark adapters live in third_party/ and import their packages lazily.
+    packages=(find_packages(include=["vermem_jax", "vermem_jax.*"])
+              + find_packages("third_party", include=["vermem_benchmarks",
+                                                      "vermem_benchmarks.*"])),
+    package_dir={"vermem_benchmarks": "third_party/vermem_benchmarks"},
     python_requires=">=3.11",
     install_requires=_requirements("requirements.txt"),
     extras_require={
@@ -43,5 +53,11 @@ setup(
             "ipykernel>=6",
             "matplotlib>=3.8",
         ],
+        # The paper's interactive benchmarks (third_party/vermem_benchmarks/*/README.md).
+        "scienceworld": ["scienceworld==1.2.3"],  # + a Java 17 runtime
+        "babyai": ["minigrid==3.2.0"],
+        "pddl": [PDDLGYM] + PDDL_RUNTIME,
+        "pddl-runtime": PDDL_RUNTIME,
+        "alfworld": ["alfworld==0.4.2", "textworld[pddl]==1.7.0"],  # + ALFWORLD_DATA
     },
 )

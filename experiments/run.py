@@ -5,6 +5,7 @@ r"""Runs one phase of the VerMem curriculum (SPEC §4): sft -> phase_a -> phase_
         --config.model.hf_checkpoint=/ckpt/Qwen2.5-7B-Instruct --workdir=/runs/vermem
     python experiments/run.py --config=phase_a --config.rl.learning_rate=3e-6
     python experiments/run.py --config=phase_c.py --dry_run       # print config + plan
+    python experiments/run.py --config=eval_hotpotqa.py --workdir=workdir  # evaluate
 
 `--config` takes a path or a bare name (`phase_b`, `phase_b.py`) resolved against
 experiments/configs/; text after ':' is the scale argument. Any field can be overridden
@@ -20,6 +21,11 @@ its own resumes from the newest one. While a phase runs, this process holds an e
 lock on `<workdir>/<phase>/.lock`; a second run of that phase in the same workdir stops
 with exit status 2. `--dry_run` writes nothing; it prints the config and plan, then any
 config problem as an error (exit status 2, as the real run would).
+
+`--config=eval_hotpotqa.py` trains nothing: it evaluates the workdir's policies (Base
+and every phase with a checkpoint, or `--config.eval.policies`) on the HotpotQA
+validation questions and writes tables, JSON, per-episode JSONL and figures to
+`<workdir>/eval_hotpotqa/` (vermem_jax/train/evaluate.py), printing the table.
 """
 
 from __future__ import annotations
@@ -50,7 +56,7 @@ from experiments.configs.parts import validation  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Phase config: a path or a name in experiments/configs/ '
-    '(sft, phase_a, phase_b, phase_c), optionally with ":scale=paper".',
+    '(sft, phase_a, phase_b, phase_c, eval_hotpotqa), optionally with ":scale=paper".',
     lock_config=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Run directory (one sub-directory per phase); default: '
@@ -131,6 +137,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
       config, None if override_args is None else [p for p, _ in override_args])
   overrides.pop('workdir', None)  # the workdir argument is not a config override
   config.workdir = workdir  # what the run uses (the --workdir flag wins), also printed
+  if config.phase in curriculum.EVAL_CONFIGS:
+    return _run_eval(config, workdir, overrides, dry_run=dry_run)
   if dry_run:
     return _dry_run(config, workdir, overrides, flag_texts)
   validation.validate_config(config, check_paths=True)
@@ -158,6 +166,7 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
                     'first (tiny scale)', config.phase,
                     curriculum.PREVIOUS_PHASE[config.phase], workdir, ', '.join(plan[:-1]))
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top
   for phase in plan:
     cfg = config if phase == config.phase else overrides_lib.phase_config(
         phase, config.scale, overrides)
@@ -176,6 +185,43 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
       from vermem_jax.train import summaries  # pylint: disable=g-import-not-at-top
       print('\n' + summaries.phase_summary(phase, result, d, workdir=workdir) + '\n',
             flush=True)
+
+
+def _run_eval(config: ml_collections.ConfigDict, workdir: str,
+              overrides: dict[str, Any], *, dry_run: bool) -> list[str]:
+  """Evaluates the workdir's policies (`train.evaluate`); prints the table. A dry run
+  prints the config and the policies that would be evaluated."""
+  from vermem_jax.train import eval_policies  # pylint: disable=g-import-not-at-top
+  if dry_run:
+    try:
+      validation.validate_config(config, check_paths=config.scale == 'tiny')
+    except ValueError as e:
+      print(f'warning: {e} (a real run stops here)', file=sys.stderr)
+    for path, value in sorted(overrides_lib.config_leaves(config).items()):
+      print(f'config.{path} = {value!r}')
+    print(f'workdir: {workdir}')
+    print(f'overrides: {overrides}')
+    for seed in config.eval.seeds:
+      wd = eval_policies.seed_workdir(workdir, int(seed))
+      labels = [p.label for p in eval_policies.parse_policies(config.eval.policies, wd)]
+      print(f'plan: evaluate {", ".join(labels)} (seed {seed}, {wd})')
+    return [config.phase]
+  validation.validate_config(config, check_paths=True)
+  for seed in config.eval.seeds:  # a missing checkpoint fails now, not after loading
+    wd = eval_policies.seed_workdir(workdir, int(seed))
+    eval_policies.check_available(
+        eval_policies.parse_policies(config.eval.policies, wd), wd)
+  validation.check_tokenizer_fits_model(config)
+  if not config.eval.policies and not eval_policies.found_phases(
+      eval_policies.seed_workdir(workdir, int(config.eval.seeds[0]))):
+    logging.warning('%s holds no phase checkpoint: evaluating Base only', workdir)
+  preflight.check_workdir_writable(workdir)
+  from vermem_jax.train import evaluate  # pylint: disable=g-import-not-at-top
+  with workdir_lock.phase_lock(workdir, evaluate.OUTPUT_SUBDIR):
+    result = evaluate.run_evaluation(config, workdir)
+  print(result['table'])
+  print(evaluate.summary_line(result) + f' ({result["wall_time_s"]:.1f}s)')
+  return [config.phase]
 
 
 class _QuietLibraryInfo:
@@ -198,18 +244,27 @@ def main(argv: Sequence[str]) -> None:
   if config is None:
     raise app.UsageError('--config is required, e.g. --config=phase_b.py')
   workdir = _WORKDIR.value or config.workdir
+  from vermem_jax import http_chat  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top
   try:
     run(config, workdir, dry_run=_DRY_RUN.value,
         override_args=config_argv.config_override_args(sys.argv))
   except (ValueError, OSError, ImportError, phase_plan.MissingPrerequisiteError,
-          workdir_lock.PhaseLockedError, checkpoints.CheckpointError) as e:
+          workdir_lock.PhaseLockedError, checkpoints.CheckpointError,
+          http_chat.ChatError) as e:
     # ImportError: an optional package a config choice needs (data.source='hf').
     # Bad input (config, data file, checkpoint, path): the message names it; the
     # traceback is for `-v 1`. What earlier phases saved stays in the workdir.
     logging.debug('error traceback', exc_info=True)
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  except nonfinite.NonFiniteError as e:
+    # Training diverged (not bad input): the message names the update or step; every
+    # checkpoint already written holds finite parameters.
+    logging.debug('error traceback', exc_info=True)
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(1)
 
 
 def entry() -> None:

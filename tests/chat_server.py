@@ -1,7 +1,7 @@
 """Loopback OpenAI-compatible chat-completions server for the HTTP client tests.
 
-Used by test_http_chat.py, test_verifier_http.py and test_sft_data.py (imported as a
-sibling module: pytest puts tests/ on sys.path).
+Used by test_http_chat.py, test_verifier_http.py and test_sft_teacher.py (imported as
+a sibling module: pytest puts tests/ on sys.path).
 """
 import http.server
 import json

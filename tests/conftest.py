@@ -24,3 +24,11 @@ def qwen25_tokenizer_dir(data_dir):
 @pytest.fixture(scope="session")
 def hotpotqa_dir(data_dir):
   return paths.hotpotqa_dir(data_dir)
+
+
+@pytest.fixture(scope="module")
+def pools(hotpotqa_dir):
+  """(construction pool, internal-dev pool) of the HotpotQA train sample (SPEC §4)."""
+  from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
+  examples = hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
+  return hotpotqa.split_train_pools(examples)

@@ -28,12 +28,16 @@ def _ref_group_adv(rewards, groups):
   return np.array(out)
 
 
-def _ref_ema(mean, var, xs, d):
-  # EMAs of the first and second moments (algebraically equal to the Finch update).
+def _ref_ema(mean, var, batches, d):
+  # One EMA step per update batch on the first and second moments (pure Python).
   s2 = var + mean * mean
-  for x in xs:
-    mean = d * mean + (1 - d) * x
-    s2 = d * s2 + (1 - d) * x * x
+  for xs in batches:
+    if not len(xs):
+      continue
+    m1 = sum(xs) / len(xs)
+    m2 = sum(x * x for x in xs) / len(xs)
+    mean = d * mean + (1 - d) * m1
+    s2 = d * s2 + (1 - d) * m2
   return mean, s2 - mean * mean
 
 
@@ -92,13 +96,19 @@ def test_running_stats_init_update_reference():
   assert mean == pytest.approx(init.mean(), rel=RTOL)
   assert std == pytest.approx(init.std(), rel=RTOL)
   assert rs.count('Add') == 128
-  xs = rng.uniform(size=37)
-  rs.update('Add', xs)
-  ref_mean, ref_var = _ref_ema(init.mean(), init.var(), xs, 0.99)
-  mean, std = rs.get('Add')
-  assert mean == pytest.approx(ref_mean, rel=RTOL)
-  assert std == pytest.approx(math.sqrt(ref_var), rel=RTOL)
-  assert rs.count('Add') == 165
+  batches = [rng.uniform(size=n) for n in (37, 1, 8, 120, 3)]
+  for i, xs in enumerate(batches):  # several updates, one EMA step each
+    rs.update('Add', xs)
+    ref_mean, ref_var = _ref_ema(init.mean(), init.var(), batches[:i + 1], 0.99)
+    mean, std = rs.get('Add')
+    assert mean == pytest.approx(ref_mean, rel=RTOL)
+    assert std == pytest.approx(math.sqrt(ref_var), rel=RTOL)
+  assert rs.count('Add') == 128 + 169
+  # The dev initialization fades per update, not per sample: after 5 updates its
+  # weight in the mean is 0.99**5, however many instances they held.
+  w = 0.99 ** 5
+  others = sum((1 - 0.99) * 0.99 ** (4 - i) * b.mean() for i, b in enumerate(batches))
+  assert rs.get('Add')[0] == pytest.approx(w * init.mean() + others, rel=RTOL)
   assert not rs.is_initialized('Delete')
   rs.update('Delete', [0.5])  # uninitialized: ignored
   assert rs.get('Delete') is None
@@ -199,12 +209,12 @@ def test_full_mode_matches_reference_and_uses_running_stats_for_rare_ops():
   assert rej.any() and np.all(out.a_local[rej] == 0.0)
   np.testing.assert_allclose(out.a_hier[rej], out.a_global[rej] - b['costs'][rej])
   assert not np.any(np.isnan(out.a_hier))
-  # Running statistics absorbed the batch AFTER use, in batch order.
+  # Running statistics absorbed the batch AFTER use: one EMA step per type.
   for op in init:
     xs = [b['r_local'][i] for i in range(len(b['ops']))
           if b['ops'][i] == op and b['accepted'][i]]
     mu0, sd0 = before[op]
-    ref_mean, ref_var = _ref_ema(mu0, sd0 ** 2, xs, 0.99)
+    ref_mean, ref_var = _ref_ema(mu0, sd0 ** 2, [xs], 0.99)
     mean, std = rs.get(op)
     assert mean == pytest.approx(ref_mean, rel=RTOL)
     assert std == pytest.approx(math.sqrt(ref_var), rel=RTOL)
@@ -243,34 +253,71 @@ def test_uninitialized_rare_op_gets_zero_local_advantage():
   np.testing.assert_array_equal(out.a_local, [0.0, 0.0])
 
 
-def test_modes_and_lambdas():
-  rng = np.random.default_rng(3)
-  b = _batch(rng)
-  rs_init = {'Add': rng.uniform(size=16), 'Delete': rng.uniform(size=16),
-             'Null': rng.uniform(size=16)}
-  def run(**cfg):
+def _ref_mode(mode, b, before, lam):
+  """The paper's ablation rows (Table 4 / Table 18 captions) from the references."""
+  tidx = b['trajectory_index']
+  a_task = _ref_group_adv(list(b['r_task']), list(b['group_ids']))[tidx]
+  a_glob = _ref_group_adv(list(b['r_global']), list(b['group_ids']))[tidx]
+  a_loc = _ref_local(b['ops'], b['r_local'], b['accepted'], before)
+  l_l, l_g, l_c = lam
+  c = np.asarray(b['costs'])
+  return {'full': l_l * a_loc + l_g * a_glob - l_c * c,        # Local+Global
+          'no_verify': l_g * a_task - l_c * c,                 # VerMem-noVerify
+          'plus_local': l_g * a_task + l_l * a_loc - l_c * c,  # +Local
+          'plus_global': l_g * a_glob - l_c * c}[mode]         # +Global
+
+
+@pytest.mark.parametrize('mode', A.MODES)
+def test_each_mode_matches_the_paper_definition_on_random_groups(mode):
+  for seed in range(5):
+    rng = np.random.default_rng(100 + seed)
+    b = _batch(rng, n_traj=8 * (1 + seed % 3), groups=1 + seed % 3)
+    rs_init = {'Add': rng.uniform(size=16), 'Delete': rng.uniform(size=16),
+               'Null': rng.uniform(size=16)}
     rs = A.RunningStats()
     rs.init_from(rs_init)
-    return A.compute_advantages(**b, config=A.AdvantageConfig(**cfg), running_stats=rs)
-  full = run()
-  tidx = b['trajectory_index']
-  local = run(mode='local_only')
-  np.testing.assert_allclose(local.a_hier, full.a_local - b['costs'], rtol=RTOL)
-  glob = run(mode='global_only')
-  np.testing.assert_allclose(glob.a_hier, full.a_global - b['costs'], rtol=RTOL)
-  assert np.all(glob.a_local == 0.0)
-  nv = run(mode='no_verify')
-  ref_task = _ref_group_adv(list(b['r_task']), list(b['group_ids']))
-  np.testing.assert_allclose(nv.a_hier, ref_task[tidx] - b['costs'], rtol=RTOL,
+    before = {op: rs.get(op) for op in rs_init}
+    lam = (1.0, 1.0, 1.0) if seed == 0 else tuple(rng.uniform(0.1, 3.0, size=3))
+    cfg = A.AdvantageConfig(mode=mode, lambda_local=lam[0], lambda_global=lam[1],
+                            lambda_constraint=lam[2])
+    out = A.compute_advantages(**b, config=cfg, running_stats=rs)
+    np.testing.assert_allclose(out.a_hier, _ref_mode(mode, b, before, lam), rtol=RTOL,
+                               atol=1e-12)
+    if mode in ('no_verify', 'plus_global'):
+      assert np.all(out.a_local == 0.0)
+      assert rs.get('Add') == before['Add']  # no local branch: stats untouched
+
+
+def test_plus_local_is_no_verify_plus_a_local():
+  rng = np.random.default_rng(3)
+  b = _batch(rng)
+  rs_init = {'Add': rng.uniform(size=16), 'Null': rng.uniform(size=16)}
+  def run(mode):
+    rs = A.RunningStats()
+    rs.init_from(rs_init)
+    return A.compute_advantages(**b, config=A.AdvantageConfig(mode=mode),
+                                running_stats=rs)
+  full, nv, pl, pg = (run(m) for m in ('full', 'no_verify', 'plus_local', 'plus_global'))
+  np.testing.assert_allclose(pl.a_hier, nv.a_hier + full.a_local, rtol=RTOL, atol=1e-12)
+  np.testing.assert_allclose(pg.a_hier, full.a_hier - full.a_local, rtol=RTOL,
                              atol=1e-12)
-  weighted = run(lambda_local=0.5, lambda_global=2.0, lambda_constraint=3.0)
-  np.testing.assert_allclose(
-      weighted.a_hier, 0.5 * full.a_local + 2.0 * full.a_global - 3.0 * b['costs'],
-      rtol=RTOL, atol=1e-12)
   # no_verify needs neither verifier scores nor running statistics.
   nb = dict(b, r_global=None, r_local=np.full(len(b['ops']), np.nan))
   out = A.compute_advantages(**nb, config=A.AdvantageConfig(mode='no_verify'))
   np.testing.assert_allclose(out.a_hier, nv.a_hier)
+  with pytest.raises(ValueError, match="requires r_task"):
+    A.compute_advantages(**dict(b, r_task=None), config=A.AdvantageConfig(
+        mode='plus_local'), running_stats=A.RunningStats())
+
+
+@pytest.mark.parametrize('old', ['local_only', 'global_only'])
+def test_retired_mode_names_are_refused_naming_the_new_ones(old):
+  with pytest.raises(ValueError) as e:
+    A.AdvantageConfig(mode=old)
+  msg = str(e.value)
+  assert old in msg
+  for new in A.MODES:
+    assert new in msg
 
 
 def test_bad_inputs_raise():

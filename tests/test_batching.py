@@ -215,3 +215,30 @@ def test_full_length_decision_fits_the_config_buckets():
     too_long = bt.DecisionTokens(prompt + [7], cmd, [-0.1] * len(cmd), 1.0)
     with pytest.raises(ValueError, match='exceeds the largest bucket'):
       bt.build_batch([too_long], bc, num_decisions=1, batch_size=1)
+
+
+def test_mini_batch_partition_is_a_shuffled_balanced_split():
+  parts = bt.mini_batch_partition(10, 3, np.random.default_rng(0))
+  assert [len(p) for p in parts] == [4, 3, 3]
+  assert sorted(np.concatenate(parts).tolist()) == list(range(10))
+  assert np.concatenate(parts).tolist() != list(range(10))  # shuffled
+  again = bt.mini_batch_partition(10, 3, np.random.default_rng(0))
+  assert all(np.array_equal(a, b) for a, b in zip(parts, again))  # seed-determined
+  (whole,) = bt.mini_batch_partition(5, 1, None)
+  assert whole.tolist() == [0, 1, 2, 3, 4]
+  assert len(bt.mini_batch_partition(2, 8, np.random.default_rng(1))) == 2
+  with pytest.raises(ValueError):
+    bt.mini_batch_partition(0, 1, None)
+
+
+def test_values_by_decision_maps_rows_back_to_commands():
+  decisions = [bt.DecisionTokens([1, 2, 3], [7, 8], [-0.5, -0.25], 1.0),
+               bt.DecisionTokens([1], [9, 9, 9], [-1.0, -2.0, -3.0], -1.0),
+               bt.DecisionTokens([4, 4], [5], [-4.0], 0.5)]
+  cfg = bt.BatchingConfig(micro_batch_size=2, length_buckets=(8,), command_buckets=(4,))
+  got = {}
+  for b in bt.micro_batches(decisions, cfg):
+    got.update(bt.values_by_decision(b, b['old_logprobs_l']))
+  assert sorted(got) == [1, 2, 3]
+  for i, d in enumerate(decisions):
+    np.testing.assert_array_equal(got[i + 1], np.float32(d.old_logprobs))

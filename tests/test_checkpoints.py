@@ -244,6 +244,19 @@ def test_save_refuses_old_step_and_bad_json(tmp_path):
     assert mgr.all_steps() == [4]
 
 
+def test_save_refuses_non_finite_params(tmp_path):
+  with ck.PhaseCheckpointManager(tmp_path / 'x') as mgr:
+    mgr.save(_state(1))
+    for bad_value in (jnp.nan, jnp.inf):
+      bad = _state(2)
+      kernel = bad.params['layers_0']['mlp']['kernel']
+      bad.params['layers_0']['mlp']['kernel'] = kernel.at[1, 2].set(bad_value)
+      with pytest.raises(ck.CheckpointError, match='NaN or Inf'):
+        mgr.save(bad)
+    assert mgr.all_steps() == [1]
+    _assert_tree_equal(mgr.restore(_template()).params, _state(1).params)
+
+
 def test_template_mismatch_is_an_error_not_a_silent_reshape(tmp_path):
   with ck.PhaseCheckpointManager(tmp_path / 'x') as mgr:
     mgr.save(_state(1))
@@ -329,3 +342,26 @@ def test_other_model_gives_mismatch_hint_and_stray_entries_are_ignored(tmp_path)
   with pytest.raises(ck.CheckpointError) as err:
     ck.restore_params_only(str(d), {'w': jnp.zeros((3,))})
   assert 'another model' not in str(err.value)
+
+
+def test_rl_selection_prefers_score_then_later_step(tmp_path):
+  """RL phases select on the internal-dev score, ties to the later step (paper C.8);
+  restore_params_only(prefer_best=True) returns that step for the next phase."""
+  assert ck.rl_selection_key({'dev_score': 0.5, 'step': 4}) > ck.rl_selection_key(
+      {'dev_score': 0.5, 'step': 2})
+  assert ck.selection_key({'dev_score': 0.6, 'step': 1}) > ck.selection_key(
+      {'dev_score': 0.5, 'step': 9})
+  with pytest.raises(KeyError, match='step'):
+    ck.rl_selection_key({'dev_score': 0.5})
+  d = tmp_path / 'phase_a'
+  params = lambda v: {'w': np.full((2,), v, np.float32)}  # noqa: E731
+  scores = {1: 0.25, 2: 0.75, 3: 0.5, 4: 0.75, 5: 0.0}
+  with ck.PhaseCheckpointManager(d, max_to_keep=1) as mgr:
+    for step, score in scores.items():
+      mgr.save(ck.TrainState(step=step, params=params(step)),
+               selection_metrics={'dev_score': score, 'step': step})
+    assert mgr.best_step() == 4 and mgr.latest_step() == 5
+    assert mgr.all_steps() == [4, 5]  # the best is kept beside the newest
+  restored, step = ck.restore_params_only(str(d), prefer_best=True)
+  assert step == 4 and float(restored['w'][0]) == 4.0
+  assert ck.PhaseCheckpointManager(d).best_step() == 4  # found again after a restart

@@ -167,6 +167,21 @@ def test_bad_scale_argument():
     ('sft.teacher_timeout_s', 0.0, 'config.sft.teacher_timeout_s'),
     ('model.mesh_fsdp', 0, 'config.model.mesh_fsdp'),
     ('model.mesh_data', -2, 'config.model.mesh_data'),
+    ('rl.eval_every', 0, 'config.rl.eval_every'),
+    ('rl.selection_metric', 'j_judge', 'config.rl.selection_metric'),
+    ('rl.eval_episodes', -1, 'config.rl.eval_episodes'),
+    ('solver.backend', 'openai_compatible', 'config.solver.base_url'),
+    ('solver.timeout_s', 0.0, 'config.solver.timeout_s'),
+    ('eval.seeds', (), 'config.eval.seeds'),
+    ('eval.seeds', (42, 42), 'config.eval.seeds: repeats'),
+    ('eval.temperature', 0.7, 'config.eval.temperature'),
+    ('eval.num_questions', -1, 'config.eval.num_questions'),
+    ('eval.batch_size', -2, 'config.eval.batch_size'),
+    ('eval.success_rule', 'f1', 'config.eval.success_rule'),
+    ('eval.success_rule', 'judge', "config.eval.success_rule: 'judge' needs"),
+    ('eval.judge_success_threshold', 1.5, 'config.eval.judge_success_threshold'),
+    ('eval.judge.backend', 'qwen-max', 'config.eval.judge'),
+    ('eval.judge.fallback', 'midpoint', 'config.eval.judge'),
 ])
 def test_validate_names_bad_field(field, value, match):
   c = common.get_config('phase_b')
@@ -177,6 +192,21 @@ def test_validate_names_bad_field(field, value, match):
   node[leaf] = value
   with pytest.raises(ValueError, match=match):
     validation.validate_config(c)
+
+
+def test_eval_config_validates_and_is_greedy(data_dir):
+  c = common.get_config('eval_hotpotqa')
+  validation.validate_config(c)
+  assert c.episodes.op_space == 'C' and c.rl.reference_phase == ''
+  assert c.eval.num_questions == 4 and c.eval.seeds == (42,)  # tiny: a short table
+  paper = common.get_config('eval_hotpotqa', 'scale=paper')
+  assert paper.eval.num_questions == 0 and paper.eval.seeds == (42, 43, 44)
+  assert paper.eval.judge.backend == '' and paper.eval.success_rule == 'auto'
+  assert paper.rl.eval_every == 50 and paper.rl.selection_metric == 'r_task'
+  c.solver.temperature = 0.7
+  with pytest.raises(ValueError, match='config.solver.temperature'):
+    validation.validate_config(c)
+  assert 'judge' in library.library_configs(common.get_config('phase_b'))
 
 
 def test_paper_scale_requires_hf_checkpoint(tmp_path):
@@ -353,11 +383,11 @@ def _parse_flags(config_file, *overrides):
 
 def test_sft_teacher_fields_reach_the_sft_data_config():
   """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
-  from vermem_jax.envs import sft_data  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
-  defaults = sft_data.SFTDataConfig()
+  defaults = sft_data_config.SFTDataConfig()
   for name in ('teacher_api_key_env', 'teacher_timeout_s', 'teacher_max_tokens',
                'teacher_temperature', 'teacher_base_url', 'teacher_model'):
     assert c.sft[name] == getattr(defaults, name), name
@@ -520,3 +550,36 @@ def test_tiny_tokenizer_path_follows_data_dir_on_command_line(tmp_path, data_dir
   assert res.returncode == 0, res.stderr
   assert f"config.tokenizer.path = '{other}/tokenizers/qwen2.5'" in res.stdout
   assert 'error' not in res.stderr  # the moved tokenizer passes the path checks
+
+
+def test_issue11_fields_defaults_mirrors_and_errors():
+  from vermem_jax.rl import grpo  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import optim  # pylint: disable=g-import-not-at-top
+  assert validation.LR_SCHEDULES == optim.LR_SCHEDULES
+  assert validation.NLL_REDUCTIONS == grpo.NLL_REDUCTIONS
+  for phase in ('phase_a', 'phase_b', 'phase_c'):
+    r = _paper(phase).rl
+    assert (r.num_iterations, r.mini_batches_per_iteration) == (1, 1)
+    assert r.loss_temperature is None and r.max_log_ratio == 20.0
+    assert (r.adam_b1, r.adam_b2, r.adam_eps) == (0.9, 0.999, 1e-8)
+    assert (r.lr_schedule, r.warmup_ratio) == ('constant', 0.0)
+  s = _paper('sft').sft
+  assert s.loss_reduction == 'sequence' and s.lr_schedule == 'linear'
+  assert common.get_config('sft').sft.loss_reduction == 'decision'  # tiny
+  assert _paper('phase_b').reward.unscored_global_value == 0.5
+  assert _paper('phase_b').verifier.global_history_tokens == 4096
+  c = _parse_flags('phase_b.py', '--config.rl.num_iterations=2',
+                   '--config.rl.loss_temperature=1.0')
+  validation.validate_config(c)
+  assert c.rl.num_iterations == 2 and c.rl.loss_temperature == 1.0
+  assert c.sampling.temperature == 0.7  # independent fields
+  for flag, field in (('--config.rl.num_iterations=0', 'rl.num_iterations'),
+                      ('--config.rl.lr_schedule=step', 'rl.lr_schedule'),
+                      ('--config.sft.loss_reduction=mean', 'sft.loss_reduction'),
+                      ('--config.sft.adam_b2=1.0', 'sft.adam_b2'),
+                      ('--config.rl.max_consecutive_skips=0', 'rl.max_consecutive_skips'),
+                      ('--config.advantage.mode=local_only', 'advantage')):
+    cfg = _parse_flags('phase_b.py' if flag.startswith('--config.rl') or 'advantage'
+                       in flag else 'sft.py', flag)
+    with pytest.raises(ValueError, match=f'config.{field}'):
+      validation.validate_config(cfg)

@@ -202,7 +202,8 @@ def test_token_accounting_with_real_counts(examples, qwen25_tokenizer_dir):
   assert res.num_decisions == 3
   expected = 0
   for d in res.decisions:
-    prompt = ts.render_solver_prompt(tok, env.solver_input(spec, d.state_after_memory))
+    prompt = ts.render_solver_prompt(tok, env.solver_input(
+        spec, d.state_after_memory, final=d.step >= len(spec.observations)))
     expected += len(tok.encode(d.policy_input)) + 2
     expected += len(tok.encode(prompt)) + len(tok.encode(d.solver_output.text)) + 1
   assert res.online_tokens == expected
@@ -293,7 +294,10 @@ def test_k_copies_share_initial_state_and_rejections_are_recorded(examples):
   assert not_allowed.decisions[0].violations[0].kind == "op_not_allowed"
   assert bad.final_answer is None and not_allowed.final_answer is None
   assert all(r.spec.initial_state is spec.initial_state for r in results)
-  assert bad.tool_calls == 1 and good.tool_calls == 1
+  # Executed calls only: the rejected one is reported apart (its cost is in P_aux).
+  assert bad.tool_calls == 0 and good.tool_calls == 1
+  assert bad.rejected_tool_calls == 1 and good.rejected_tool_calls == 0
+  assert not_allowed.rejected_tool_calls == 1 and not_allowed.tool_calls == 0
 
 
 def test_observation_overflow_charged_to_decision(examples):
@@ -627,3 +631,25 @@ def test_decision_record_keeps_the_executor_transition(examples):
   assert unparsed.transition.command is None and not unparsed.accepted
   assert select.transition.command.op == "SelectEpisode"
   assert dict(select.transition.command.args) == {"selected_refs": tuple(gold_events)}
+
+
+def test_last_solver_call_is_marked_final(examples):
+  """The solver input after which no observation can come has final=True, both when
+  the schedule runs out and at the rollout limit."""
+  ex = examples[0]
+  seen = []
+
+  class Recorder(ts.TaskSolver):
+
+    def solve(self, inputs):
+      seen.append([i.final for i in inputs])
+      return [ts.SolverOutput(ts.CONTINUE, None, "Continue") for _ in inputs]
+
+  spec = _long_spec(ex, n_obs=2)
+  (res,) = env.run_episodes([spec], null_policy, Recorder(), count_tokens=count)
+  assert res.terminated_by == "env_end" and seen == [[False], [False], [True]]
+  seen.clear()
+  limited = dataclasses.replace(spec, max_decisions=2)
+  (res,) = env.run_episodes([limited], null_policy, Recorder(), count_tokens=count)
+  assert res.terminated_by == "rollout_limit" and seen == [[False], [True]]
+  assert [d.solver_called for d in res.decisions] == [True, True]

@@ -25,8 +25,8 @@ import pytest
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios as sc
-from vermem_jax.envs import sft_data as sd
+from vermem_jax.envs.scenarios.initial_state import (CONTINUE_ACTION, INSTRUCTION_TEXT,
+                                                     QUERY_PREFIX, TASK_STATES)
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
@@ -51,16 +51,16 @@ def _words(text):
 
 def _fixed_vocabulary():
   """Words of the construction's own fixed texts (instruction, task states, ...)."""
-  texts = [sc.INSTRUCTION_TEXT, sc.CONTINUE_ACTION, sc.QUERY_PREFIX]
-  texts += list(sc.TASK_STATES.values())
+  texts = [INSTRUCTION_TEXT, CONTINUE_ACTION, QUERY_PREFIX]
+  texts += list(TASK_STATES.values())
   return _words(' '.join(texts))
 
 
 def _inputs_for(example, i):
   """Policy inputs of one SFT template state and one episode s_0 per phase."""
-  view = sc.build_view(example, count)
+  view = episodes.build_view(example, count)
   xs = []
-  templates = sd.TEMPLATES
+  templates = episodes.TEMPLATES
   for k in range(len(templates)):
     t = templates[(i + k) % len(templates)]
     out = t.build(view, random.Random(f'{example.id}:{t.name}'), count, 2048)
@@ -68,11 +68,11 @@ def _inputs_for(example, i):
       xs.append(serialization.render_policy_input(
           out[0], count, allowed_ops=cmds.PHASE_OPS[t.phases[0]]))
       break
-  for phase in sc.PHASES:
-    fams = sc.FAMILIES[phase]
+  for phase in episodes.PHASES:
+    fams = episodes.FAMILIES[phase]
     for k in range(len(fams)):
-      spec = sc.build_episode(example, phase, fams[(i + k) % len(fams)],
-                              count_tokens=count, view=view)
+      spec = episodes.build_episode(example, phase, fams[(i + k) % len(fams)],
+                                    count_tokens=count, view=view)
       if spec is not None:
         xs.append(serialization.render_policy_input(
             spec.initial_state, count, allowed_ops=cmds.PHASE_OPS[phase]))
@@ -113,7 +113,7 @@ def test_policy_inputs_never_leak_answer_or_annotations(all_examples, hotpotqa_d
 def test_sft_targets_do_not_depend_on_answer(hotpotqa_dir):
   examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, dev = hotpotqa.split_train_pools(examples)
-  cfg = sd.SFTDataConfig(train_per_target=4, dev_per_target=2)
+  cfg = episodes.SFTDataConfig(train_per_target=4, dev_per_target=2)
   train, dev_r, _ = episodes.build_sft_set(construction, dev, count_tokens=count,
                                            config=cfg, verbose=False)
   masked = [dataclasses.replace(ex, answer=SENTINEL) for ex in construction]
@@ -149,7 +149,8 @@ def qwen_tok(qwen25_tokenizer_dir):
 def test_sft_set_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
   examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, dev = hotpotqa.split_train_pools(examples)
-  cfg = sd.SFTDataConfig(train_per_target=2, dev_per_target=1, context_budget=1024)
+  cfg = episodes.SFTDataConfig(train_per_target=2, dev_per_target=1,
+                               context_budget=1024)
   train, dev_records, _ = episodes.build_sft_set(
       construction, dev, count_tokens=qwen_tok.count_tokens, config=cfg,
       verbose=False)

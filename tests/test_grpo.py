@@ -25,7 +25,8 @@ def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0):
   lpr = _log_softmax(np.asarray(ref_logits, np.float64) / temp)
   cid = np.asarray(b['command_ids'])
   decisions = {}
-  stats = {'kl': [], 'ratio': [], 'clip': [], 'ent': [], 'gap': []}
+  stats = {'kl': [], 'ratio': [], 'clip': [], 'ent': [], 'gap': [], 'active': [],
+           'approx_kl': []}
   for r in range(cid.shape[0]):
     for j in range(cid.shape[1]):
       if cid[r, j] == 0:
@@ -46,6 +47,8 @@ def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0):
       stats['kl'].append(kl)
       stats['ratio'].append(ratio)
       stats['clip'].append(float(abs(ratio - 1) > eps))
+      stats['active'].append(float(ratio * a != surr))  # the clipped term won the min
+      stats['approx_kl'].append(ratio - 1 - np.log(ratio))
       stats['ent'].append(float(-np.sum(p * lp[r, j])))
       stats['gap'].append(logp - b['old_logprobs'][r, j])
   total = sum(np.mean(v) for v in decisions.values())
@@ -94,6 +97,8 @@ def test_loss_matches_numpy_reference(est):
                                atol=1e-6)
     assert fin['clip_fraction'] == pytest.approx(st['clip'].mean())
     assert 0 < st['clip'].mean() < 1  # the case exercises both branches
+    assert fin['clip_active_fraction'] == pytest.approx(st['active'].mean())
+    np.testing.assert_allclose(fin['approx_kl'], st['approx_kl'].mean(), rtol=RTOL)
 
 
 def test_decision_segments_are_runs_within_rows():
@@ -390,3 +395,69 @@ def test_sft_step_matches_nll(tiny_model):
     ref -= float(lp[r, sb['command_positions'][r, j], sb['target_ids'][r, j]])
   np.testing.assert_allclose(float(total), ref, rtol=1e-5)
   assert float(count) == (sb['command_ids'] > 0).sum()
+
+
+# ----------------------------------------------------------------- PPO pass > 1
+
+
+def ref_ppo_loss_and_logit_grad(logits, ref_logits, b, eps, beta, temp):
+  """Float64 NumPy PPO loss Σ_d (1/L_d) Σ_j -(min(ρA, clip(ρ)A) - β KL) and its exact
+  analytic gradient with respect to the logits (exact KL), for old log-probs from
+  another policy (ρ != 1). Returns (loss, dloss/dlogits [B, L, V], ratios [n])."""
+  z = np.asarray(logits, np.float64)
+  lp = _log_softmax(z / temp)
+  lq = _log_softmax(np.asarray(ref_logits, np.float64) / temp)
+  p = np.exp(lp)
+  cid = np.asarray(b['command_ids'])
+  lengths = {}
+  for r in range(cid.shape[0]):
+    for j in range(cid.shape[1]):
+      if cid[r, j]:
+        lengths[(r, int(cid[r, j]))] = lengths.get((r, int(cid[r, j])), 0) + 1
+  loss, grad, ratios = 0.0, np.zeros_like(z), []
+  for r in range(cid.shape[0]):
+    for j in range(cid.shape[1]):
+      if cid[r, j] == 0:
+        continue
+      w = 1.0 / lengths[(r, int(cid[r, j]))]
+      y = int(b['target_ids'][r, j])
+      a = float(b['advantages'][r, j])
+      rho = np.exp(lp[r, j, y] - float(b['old_logprobs'][r, j]))
+      ratios.append(rho)
+      unclipped, clipped = rho * a, np.clip(rho, 1 - eps, 1 + eps) * a
+      kl = float(np.sum(p[r, j] * (lp[r, j] - lq[r, j])))
+      loss += w * -(min(unclipped, clipped) - beta * kl)
+      onehot = np.zeros(z.shape[-1])
+      onehot[y] = 1.0
+      d_surr = a * rho * (onehot - p[r, j]) / temp if unclipped <= clipped else 0.0
+      d_kl = p[r, j] * ((lp[r, j] - lq[r, j]) - kl) / temp
+      grad[r, j] = w * -(d_surr - beta * d_kl)
+  return loss, grad, np.array(ratios)
+
+
+def test_second_pass_loss_and_logit_gradient_match_numpy_ppo():
+  """A later PPO pass: θ moved since θ_old fixed the old log-probs, so ρ != 1 and the
+  clip acts; loss and gradient equal the NumPy reference."""
+  active = []
+  for seed in range(3):
+    rng = np.random.default_rng(10 + seed)
+    old_logits, ref_logits, batch = _random_case(seed)
+    lp_old = _log_softmax(old_logits.astype(np.float64) / 0.7)
+    batch['old_logprobs'] = np.take_along_axis(
+        lp_old, batch['target_ids'][..., None], -1)[..., 0].astype(np.float32)
+    logits = (old_logits + rng.normal(size=old_logits.shape) * 0.6).astype(np.float32)
+    fn = jax.jit(jax.value_and_grad(
+        lambda lg: grpo.grpo_loss_from_logits(lg, ref_logits, batch, temperature=0.7,
+                                              clip_epsilon=0.2, kl_beta=0.1)[0]))
+    loss, grad = fn(logits)
+    ref, ref_grad, ratios = ref_ppo_loss_and_logit_grad(logits, ref_logits, batch, 0.2,
+                                                        0.1, 0.7)
+    np.testing.assert_allclose(float(loss), ref, rtol=RTOL)
+    np.testing.assert_allclose(np.asarray(grad), ref_grad, rtol=RTOL, atol=1e-7)
+    assert np.all(np.abs(ratios - 1) > 1e-3)
+    m = grpo.finalize_metrics(grpo.grpo_loss_from_logits(
+        logits, ref_logits, batch, temperature=0.7)[2])
+    assert m['clip_fraction'] == pytest.approx(np.mean(np.abs(ratios - 1) > 0.2))
+    assert m['clip_fraction'] > 0
+    active.append(m['clip_active_fraction'])
+  assert max(active) > 0  # some tokens' gradient is cut by the clip

@@ -573,3 +573,95 @@ def test_hand_built_commands_with_bad_values_are_rejected_not_raised(s):
     t = run(s, cmd)
     assert not t.accepted and t.state_after.M is s.M and t.state_after.C is s.C
   assert not run(s, None).accepted and not run(s, 12345).accepted
+
+
+# --- Source tracing through C items (retrieved copies, summaries) -------------------------
+
+
+def _with_copy_of_m1(s):
+  """s plus a retrieved copy of m1 in C (returns state, copy id)."""
+  t = run(s, 'Retrieve(query="Film X director")')
+  assert t.accepted, t.message
+  copy = t.state_after.C[-1]
+  assert copy.kind == 'retrieved' and copy.origin == ref(s, 'm', 1)
+  assert copy.derived_from() == (ref(s, 'm', 1),)
+  return t.state_after, copy.id
+
+
+def _summarize(state, refs, summary):
+  refs_text = ', '.join(f'"{r}"' for r in refs)
+  t = run(state, f'Summarize(source_refs=[{refs_text}], summary="{summary}")')
+  assert t.accepted, t.message
+  summ = [it for it in t.state_after.C if it.kind == 'summary'][-1]
+  return t.state_after, summ
+
+
+def test_update_citing_a_retrieved_copy_of_itself_is_unsupported(s):
+  s1, copy = _with_copy_of_m1(s)
+  m1 = ref(s, 'm', 1)
+  t = run(s1, f'Update(memory_id="{m1}", new_content="Film X was directed by John Doe",'
+          f' source_refs=["{copy}"])')
+  assert_rejected(t, s1, ['unsupported_write'], 0.5)
+  assert 'other than the entry itself' in t.message
+  # The same through a summary of that copy.
+  s2, summ = _summarize(s1, [copy], 'Doe directs Film X')
+  assert summ.roots == (m1,) and summ.derived_from() == (m1,)
+  t = run(s2, f'Update(memory_id="{m1}", new_content="Film X was directed by John Doe",'
+          f' source_refs=["{summ.id}"])')
+  assert_rejected(t, s2, ['unsupported_write'], 0.5)
+  # A summary of the copy AND an observation has support other than m1.
+  c3 = ref(s, 'c', 3)
+  s3, summ = _summarize(s1, [copy, c3], 'Doe directed Film X; born 5 May 1950.')
+  assert summ.roots == (ref(s, 'h', 3), m1)  # context order; c3 copies event h3
+  t = run(s3, f'Update(memory_id="{m1}", new_content="Film X director John Doe, born '
+          f'1950", source_refs=["{summ.id}"])')
+  assert t.accepted, t.message
+
+
+def test_copy_of_another_active_entry_supports_an_update(s):
+  s0, m3 = mm.add_entry(s, 'John Doe was born in Leeds', W, source_refs=('John Doe#0',))
+  s1, copy = _with_copy_of_m1(s0)
+  t = run(s1, f'Update(memory_id="{m3}", new_content="John Doe, director of Film X, was '
+          f'born in Leeds", source_refs=["{copy}"])')
+  assert t.accepted, t.message
+
+
+def test_sources_tracing_only_to_deleted_entries_are_refused(s):
+  s1, copy = _with_copy_of_m1(s)
+  m1 = ref(s, 'm', 1)
+  t = run(s1, f'Delete(memory_id="{m1}", reason="checking provenance")')
+  assert t.accepted
+  s2 = t.state_after
+  assert any(it.id == copy for it in s2.C)  # the copy stays in C
+  t = run(s2, f'Add(content="Film X was directed by John Doe", source_refs=["{copy}"])')
+  assert_rejected(t, s2, ['unsupported_write'], 0.5)
+  assert f'{copy} traces back only to deleted entry {m1}' in t.message
+  # Through a summary of the copy as well.
+  s3, summ = _summarize(s2, [copy], 'Doe directs Film X')
+  t = run(s3, f'Add(content="Doe directed Film X", source_refs=["{summ.id}"])')
+  assert_rejected(t, s3, ['unsupported_write'], 0.5)
+  # Another, live source next to it does not make the dead one acceptable.
+  t = run(s3, f'Add(content="Doe directed Film X", source_refs=["{summ.id}", '
+          f'"{ref(s, "c", 2)}"])')
+  assert_rejected(t, s3, ['unsupported_write'], 0.5)
+  # A live source alone is fine.
+  t = run(s3, f'Add(content="Doe directed Film X", source_refs=["{ref(s, "c", 2)}"])')
+  assert t.accepted, t.message
+
+
+def test_summary_roots_survive_json_and_old_json_loads(s):
+  s1, copy = _with_copy_of_m1(s)
+  s2, summ = _summarize(s1, [copy, ref(s, 'c', 3)],
+                        'Doe directed Film X; born 5 May 1950.')
+  back = st.MemoryState.from_json(s2.to_json())
+  assert back == s2 and back.item(summ.id).roots == summ.roots
+  # A state written before summaries kept roots: the summary is its own root.
+  import json
+  d = json.loads(s2.to_json())
+  for it in d['C']:
+    del it['roots']
+  old = st.MemoryState.from_dict(d)
+  assert old.item(summ.id).roots == () and old.item(summ.id).derived_from() == (summ.id,)
+  d['C'][0]['roots'] = ['0a0a0a:m1']
+  with pytest.raises(ValueError, match=r'C\[0\].roots'):
+    st.MemoryState.from_dict(d)

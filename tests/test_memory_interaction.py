@@ -49,3 +49,27 @@ def test_empty_action_and_observation():
   s = mm.new_state('t', 'q', W)
   s1, cost = mm.interact(s, '', None, W, cfg)
   assert cost == 0.0 and s1.H == () and s1.C == () and s1.step == 1
+
+
+def test_evict_oldest_keeps_the_newest_observations_that_fit():
+  # Budget 8: protected instruction (2) + observations of 3 tokens each.
+  cfg = mm.ExecutorConfig(context_budget=8)
+  s = mm.new_state('t', 'q', W, instruction='a b')
+  s, _ = mm.interact(s, None, 'o1 x y', W, cfg, evict_oldest=True)
+  s, _ = mm.interact(s, None, 'o2 x y', W, cfg, evict_oldest=True)
+  assert [it.text for it in s.C] == ['a b', 'o1 x y', 'o2 x y']
+  s, cost = mm.interact(s, None, 'o3 x y', W, cfg, evict_oldest=True)
+  assert cost == 0.0 and [it.text for it in s.C] == ['a b', 'o2 x y', 'o3 x y']
+  assert s.env_item_id == s.C[-1].id
+  # Everything stays in H.
+  assert [h.text for h in s.H] == ['o1 x y', 'o2 x y', 'o3 x y']
+  # A larger one evicts as many as needed.
+  s, _ = mm.interact(s, None, 'o4 v w x y z', W, cfg, evict_oldest=True)
+  assert [it.text for it in s.C] == ['a b', 'o4 v w x y z']
+  # One that cannot fit even alone evicts nothing and stays in H only.
+  s2, cost = mm.interact(s, None, 'too long for the budget at all', W, cfg,
+                         evict_oldest=True)
+  assert s2.C == s.C and s2.env_item_id is None and cost == cfg.cost_context_overflow
+  # Without the flag the old behaviour holds: nothing is evicted.
+  s3, cost = mm.interact(s, None, 'o5 x y', W, cfg)
+  assert s3.C == s.C and cost == cfg.cost_context_overflow

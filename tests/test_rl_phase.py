@@ -186,3 +186,75 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
   assert first['train/loss'] == pytest.approx(-np.mean(adv), abs=1e-5)
   ref = json.load(open(os.path.join(phase_dir, rl_resume.REFERENCE_FILE)))
   assert ref['params_sha256'] == ref['initial_params_sha256']
+
+
+def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypatch):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
+  workdir = _copy_prerequisites(tmp_path)
+  real_update, real_step = rl_learner.learner_update, rl_learner.grpo_step
+  updates = []
+
+  def learner_update(*args, **kwargs):
+    updates.append(kwargs['label'])
+    return real_update(*args, **kwargs)
+
+  def grpo_step(*args, **kwargs):  # NaN in one gradient entry during update 1
+    out, grads = real_step(*args, **kwargs)
+    if len(updates) == 1:
+      grads = jax.tree.map(lambda g: g.at[(0,) * g.ndim].set(jnp.nan), grads)
+    return out, grads
+
+  monkeypatch.setattr(rl_learner, 'learner_update', learner_update)
+  monkeypatch.setattr(rl_learner, 'grpo_step', grpo_step)
+  out = rl_phase.run_rl_phase(_b_config(), workdir)
+  assert out['complete'] and out['step'] == 2
+  assert updates == ['phase_b update 1', 'phase_b update 2']
+  phase_dir = os.path.join(workdir, 'phase_b')
+  rows = metrics_lib.read_jsonl(os.path.join(phase_dir, metrics_lib.METRICS_FILE))
+  assert [r['train/skipped_steps'] for r in rows] == [1.0, 0.0]
+  assert [r['train/skipped_steps_total'] for r in rows] == [1.0, 1.0]
+  # Update 1 not applied: its checkpoint holds θ_0 = θ_A exactly; update 2 was applied.
+  ref = rl_resume.read_reference(phase_dir)
+  with checkpoints.PhaseCheckpointManager(phase_dir) as mgr:
+    p1, p2 = mgr.restore(step=1).params, mgr.restore(step=2).params
+    assert mgr.read_meta(2)['metadata']['skipped_steps'] == 1
+  assert rl_resume.params_fingerprint(p1) == ref['initial_params_sha256']
+  assert rl_resume.params_fingerprint(p2) != ref['initial_params_sha256']
+  assert all(np.all(np.isfinite(np.asarray(a))) for a in jax.tree.leaves(p2))
+
+
+def test_dev_scores_are_logged_and_select_a_checkpoint(clean_run):
+  """Every update of the tiny run is scored greedily on internal dev (rl.eval_every=1
+  at the tiny scale); the selection is a scored step."""
+  clean_dir, out = clean_run
+  rows = metrics_lib.read_jsonl(os.path.join(clean_dir, 'phase_b',
+                                             metrics_lib.METRICS_FILE))
+  assert all('dev/score' in r and r['dev/score'] == r['dev/r_task'] for r in rows)
+  assert all(0.0 <= r['dev/score'] <= 1.0 and r['dev/episodes'] > 0 for r in rows)
+  best = max(rows, key=lambda r: (r['dev/score'], r['step']))
+  assert out['selected_step'] == best['step']
+
+
+def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
+  """Scripted dev scores 0.9, 0.9, 0.2: the selected checkpoint is step 2 (best, ties
+  to the later step), not the newest; the next phase's π_ref loads it."""
+  from vermem_jax.train import rl_selection
+  scores = iter([0.9, 0.9, 0.2])
+
+  def fake_dev_evaluation(specs, policy, solver, **kw):
+    assert policy.greedy and kw['metric'] == 'r_task'
+    return {'dev/score': next(scores), 'dev/episodes': float(len(specs))}
+
+  workdir = _copy_prerequisites(tmp_path / 'select')  # may run the curriculum: first
+  monkeypatch.setattr(rl_selection, 'dev_evaluation', fake_dev_evaluation)
+  config = tiny_config('phase_b', **{'rl.num_updates': 3, 'rl.eval_every': 1})
+  out = rl_phase.run_rl_phase(config, workdir)
+  assert out['selected_step'] == 2 and out['step'] == 3
+  phase_dir = os.path.join(workdir, 'phase_b')
+  with checkpoints.PhaseCheckpointManager(phase_dir) as mgr:
+    assert mgr.best_step() == 2 and 2 in mgr.all_steps()
+  _, step = checkpoints.restore_params_only(phase_dir, prefer_best=True)
+  assert step == 2  # what Phase C starts from and regularizes towards
+  again = rl_phase.run_rl_phase(config, workdir)
+  assert again['selected_step'] == 2  # a finished phase reports its selection

@@ -14,7 +14,7 @@ import pytest
 
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios
+from vermem_jax.envs import episodes
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import ExecutorConfig
 from vermem_jax.memory import executor as mexec
@@ -45,20 +45,14 @@ def tok(qwen25_tokenizer_dir):
   return load_tokenizer(qwen25_tokenizer_dir)
 
 
-@pytest.fixture(scope="module")
-def pools(hotpotqa_dir):
-  examples = hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
-  return hotpotqa.split_train_pools(examples)
-
-
 def _family_specs(pool, tok, families, budget, solved_by=None):
   """One Phase B spec per family, from the first construction examples that fit (and,
   with a solver, whose reference command alone lets that solver answer at step 0)."""
-  cfg = scenarios.ScenarioConfig(context_budget=budget, rollout_limit=4)
+  cfg = episodes.ScenarioConfig(context_budget=budget, rollout_limit=4)
   specs = []
   for fam in families:
     for ex in pool:
-      spec = scenarios.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
+      spec = episodes.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
                                      config=cfg)
       if spec is None:
         continue
@@ -325,15 +319,40 @@ def test_scripted_local_advantages_use_running_stats(scripted):
     mean, std = before.get(d.op)  # < 8 instances of every op: running statistics
     expect = np.clip((d.r_local - mean) / (max(std, 0.01) + 1e-6), -5, 5)
     assert d.a_local == pytest.approx(expect)
-  # After use, the batch was folded into the statistics (EMA 0.99).
-  nulls = [d.r_local for d in res.decisions if d.op == "Null"]
+  # After use, the batch was folded into the statistics: one EMA step (0.99) from
+  # this update's moments of the type.
+  nulls = np.array([d.r_local for d in res.decisions if d.op == "Null"])
   mean, var = before.get("Null")[0], before.get("Null")[1] ** 2
-  for x in nulls:
-    delta = x - mean
-    mean += 0.01 * delta
-    var = 0.99 * (var + 0.01 * delta * delta)
-  assert scripted["stats"].get("Null")[0] == pytest.approx(mean)
-  assert scripted["stats"].get("Null")[1] == pytest.approx(np.sqrt(var))
+  new_mean = 0.99 * mean + 0.01 * nulls.mean()
+  second = 0.99 * (var + mean ** 2) + 0.01 * np.mean(nulls ** 2)
+  assert scripted["stats"].get("Null")[0] == pytest.approx(new_mean)
+  assert scripted["stats"].get("Null")[1] == pytest.approx(np.sqrt(second - new_mean ** 2))
+
+
+def test_rejected_tool_calls_are_not_online_cost_calls(scripted, tok, oracle):
+  """A rejected known tool costs in P_aux but is no executed call of the online cost
+  (App. F.3); it is reported apart."""
+  specs = scripted["specs"]
+  rejected = "SelectEpisode(selected_refs=[])"  # a known tool with a bad argument
+
+  calls = []
+
+  def policy(inputs, rng):  # step 0: rollout 1 issues the rejected call; then ∅
+    del rng
+    calls.append(len(inputs))
+    return [("∅", rejected, "∅")[i % K] if len(calls) == 1 else "∅"
+            for i in range(len(inputs))]
+
+  res = _collect(specs, policy, tok, oracle, budget=1024, limit=2048)
+  for q in range(len(specs)):
+    null, bad, _ = res.trajectories[q * K:(q + 1) * K]
+    first = res.trajectory_decisions(bad.index)[0]
+    assert first.is_tool_call and not first.accepted and first.cost == 0.5
+    assert bad.result.tool_calls == 0 and bad.result.rejected_tool_calls == 1
+    assert bad.rewards.p_aux > 0 and null.rewards.p_aux == 0
+    # Same executed calls, steps and (scripted: zero) tokens: no online-cost spread.
+    assert bad.rewards.cost_tool_calls == 0.0 and bad.rewards.c_bar_online == 0.0
+  assert res.metrics["rollout/rejected_tool_calls"] == len(specs)
 
 
 def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, oracle):
@@ -366,6 +385,10 @@ def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, 
     assert [f.ref for f in g.supporting_facts] == list(
         hotpotqa.supporting_unit_ids(ex))
     assert all(f.text for f in g.supporting_facts)
+    # Every decision, ∅ included, with its outcome; the terminal history (budgeted).
+    assert len(g.memory_commands) == t.result.num_decisions
+    assert g.terminal_history and g.history_omitted == 0
+  assert "∅ -> no change" in seen["global"][1].memory_commands  # the ∅ rollout
   for inp in seen["local"]:
     fields = {f.name for f in dataclasses.fields(inp)}
     assert not fields & {"reference_answer", "supporting_facts"}

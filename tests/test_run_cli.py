@@ -37,7 +37,7 @@ def test_resolve_config_path_forms(tmp_path):
   own.write_text('def get_config(arg=None):\n  return None\n')
   assert config_argv.resolve_config_path(f'{own}:x') == f'{own}:x'
   with pytest.raises(ValueError, match=r"'phase_d.py' is not in .*known configs: "
-                     r'phase_a, phase_b, phase_c, sft'):
+                     r'eval_hotpotqa, phase_a, phase_b, phase_c, sft'):
     config_argv.resolve_config_path('phase_d')
 
 
@@ -203,7 +203,7 @@ def test_check_config_argv_names_bad_fields_and_scale():
   check('--config=phase_a', '--config.rl.learning_rate=3e-6', '--config.seed', '1')
   with pytest.raises(ValueError, match=r"--config.rl.learning_rat: config.rl has no field "
                      r"'learning_rat' \(did you mean 'learning_rate'\?\); its fields: "
-                     r'clip_epsilon, '):
+                     r'adam_b1, adam_b2, adam_eps, clip_epsilon, '):
     check('--config=phase_a', '--config.rl.learning_rat=1')
   with pytest.raises(ValueError, match="config has no field 'bogus'"):
     check('--config', 'sft', '--config.bogus.x=1')

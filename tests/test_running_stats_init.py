@@ -11,11 +11,10 @@ import pytest
 
 from test_rollout import Scripted  # pylint: disable=g-bad-import-order
 from test_rollout import oracle  # pylint: disable=unused-import
-from test_rollout import pools  # pylint: disable=unused-import
 from test_rollout import scripted  # pylint: disable=unused-import
 from test_rollout import tok  # pylint: disable=unused-import
 from vermem_jax.envs import environment
-from vermem_jax.envs import scenarios
+from vermem_jax.envs import episodes
 from vermem_jax.memory import ExecutorConfig
 from vermem_jax.rl import running_stats_init
 from vermem_jax.verifiers import make_verifier
@@ -23,8 +22,8 @@ from vermem_jax.verifiers import make_verifier
 
 def test_init_running_stats_from_dev(pools, tok):
   dev = pools[1]
-  cfg = scenarios.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
-  specs = scenarios.build_episodes(dev, "B", count_tokens=tok.count_tokens,
+  cfg = episodes.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
+  specs = episodes.build_episodes(dev, "B", count_tokens=tok.count_tokens,
                                    config=cfg, split="dev")
   base_cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
   inputs = running_stats_init.dev_inputs_from_episodes(
@@ -72,12 +71,11 @@ def test_dev_inputs_from_results(scripted):
 
 
 def test_dev_inputs_from_sft_records(scripted, tok):
-  from vermem_jax.envs import sft_data  # pylint: disable=import-outside-toplevel
   cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
   records = []
   for spec in scripted["specs"]:
     for target in (spec.reference_command, "∅", Scripted.BAD):
-      records.append(sft_data.SFTRecord(
+      records.append(episodes.SFTRecord(
           policy_input="x", target=target, op="?", template="t", is_boundary=False,
           example_id=spec.example.id, split="dev", phase="B", source="template",
           state=spec.initial_state))

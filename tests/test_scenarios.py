@@ -1,33 +1,26 @@
-"""Tests for vermem_jax.envs.scenarios (Phase A/B/C episode construction, SPEC §4)."""
+"""Tests for vermem_jax.envs.scenarios.build: Phase A/B/C episodes (SPEC §4)."""
 import collections
 import dataclasses
 import json
-import random
 import re
 
 import pytest
 
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios as sc
 from vermem_jax.envs import task_solvers as ts
+from vermem_jax.envs.scenarios.build import build_episode, build_episodes
+from vermem_jax.envs.scenarios.initial_state import validate_initial_state
+from vermem_jax.envs.scenarios.needs import _same_sentence
+from vermem_jax.envs.scenarios.spec import FAMILIES, PHASES, ScenarioConfig
+from vermem_jax.envs.scenarios.views import build_view
 from vermem_jax.eval import hotpotqa_metrics
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 
-CFG = sc.ScenarioConfig()
-
-
-@pytest.fixture(scope='module')
-def pools(hotpotqa_dir):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
-  return hotpotqa.split_train_pools(examples)
-
-
-def _views(examples):
-  return {ex.id: sc.build_view(ex, count) for ex in examples}
+CFG = ScenarioConfig()
 
 
 def test_every_construction_example_builds_valid_initial_states(pools):
@@ -36,20 +29,20 @@ def test_every_construction_example_builds_valid_initial_states(pools):
   construction, _ = pools
   built = collections.Counter()
   for i, ex in enumerate(construction):
-    view = sc.build_view(ex, count)
-    for phase in sc.PHASES:
-      fams = sc.FAMILIES[phase]
+    view = build_view(ex, count)
+    for phase in PHASES:
+      fams = FAMILIES[phase]
       spec = None
       for k in range(len(fams)):  # round-robin family; the next one if inapplicable
         fam = fams[(i + k) % len(fams)]
-        spec = sc.build_episode(ex, phase, fam, count_tokens=count, config=CFG,
-                                view=view)
+        spec = build_episode(ex, phase, fam, count_tokens=count, config=CFG,
+                             view=view)
         if spec is not None:
           break
       assert spec is not None, (ex.id, phase)
       built[(phase, spec.family)] += 1
       s0 = spec.initial_state
-      assert sc.validate_initial_state(s0, count, CFG.context_budget, example=ex) == []
+      assert validate_initial_state(s0, count, CFG.context_budget, example=ex) == []
       assert s0.context_tokens() <= CFG.context_budget
       assert s0.q == ex.question and s0.task_id == ex.id
       assert s0.C[0].kind == mstate.INSTRUCTION and s0.C[0].protected
@@ -64,48 +57,16 @@ def test_every_construction_example_builds_valid_initial_states(pools):
       for ob in spec.observations[:-1]:
         assert ob.source_refs and set(ob.source_refs) <= {
             u.id for u in hotpotqa.evidence_units(ex)}
-  for phase in sc.PHASES:  # round-robin reached every family
-    assert {f for p, f in built if p == phase} == set(sc.FAMILIES[phase])
-
-
-def test_phase_c_needs_ltm_and_stm_operation(pools):
-  construction, _ = pools
-  views = _views(construction[:150])
-  for ex in construction[:150]:
-    for fam in sc.FAMILIES['C']:
-      spec = sc.build_episode(ex, 'C', fam, count_tokens=count, config=CFG,
-                              view=views[ex.id])
-      if spec is None:
-        continue
-      needs = set(sc.needs_of(spec, views[ex.id]))
-      assert needs & set(cmds.LTM_OPS), (ex.id, fam, needs)
-      assert needs & set(cmds.STM_OPS), (ex.id, fam, needs)
-
-
-def test_family_needs_match_their_operation(pools):
-  """Each family's defining op is a need recomputed from the state (not metadata)."""
-  construction, _ = pools
-  expect = {('A', 'add'): 'Add', ('A', 'update'): 'Update', ('A', 'delete'): 'Delete',
-            ('B', 'retrieve'): 'Retrieve', ('B', 'filter'): 'Filter',
-            ('B', 'select_episode'): 'SelectEpisode', ('B', 'summarize'): 'Summarize'}
-  for ex in construction[:60]:
-    view = sc.build_view(ex, count)
-    for (phase, fam), op in expect.items():
-      spec = sc.build_episode(ex, phase, fam, count_tokens=count, config=CFG,
-                              view=view)
-      if spec is not None:
-        assert op in sc.needs_of(spec, view), (ex.id, phase, fam)
-    null_b = sc.build_episode(ex, 'B', 'null', count_tokens=count, config=CFG,
-                              view=view)
-    assert sc.needs_of(null_b, view) == ()  # nothing to do: ∅ is right
+  for phase in PHASES:  # round-robin reached every family
+    assert {f for p, f in built if p == phase} == set(FAMILIES[phase])
 
 
 def test_phase_b_recovery_evidence_only_in_history(pools):
   construction, _ = pools
   for ex in construction[:80]:
-    view = sc.build_view(ex, count)
-    spec = sc.build_episode(ex, 'B', 'select_episode', count_tokens=count, config=CFG,
-                            view=view)
+    view = build_view(ex, count)
+    spec = build_episode(ex, 'B', 'select_episode', count_tokens=count, config=CFG,
+                         view=view)
     s0 = spec.initial_state
     sup = set(hotpotqa.supporting_unit_ids(ex))
     in_c = set().union(*(it.evidence for it in s0.C))
@@ -136,8 +97,8 @@ def _scripted(specs):
 
 def test_recovery_scripted_policy_answers_null_policy_does_not(pools):
   construction, _ = pools
-  specs = [s for s in sc.build_episodes(construction, 'B', count_tokens=count,
-                                        config=CFG, num=40) if s.is_recovery]
+  specs = [s for s in build_episodes(construction, 'B', count_tokens=count,
+                                     config=CFG, num=40) if s.is_recovery]
   assert len(specs) >= 4
   oracle = ts.OracleEvidenceReader.from_examples(construction)
   cfg = mexec.ExecutorConfig()
@@ -178,8 +139,8 @@ def test_phase_a_delayed_query_reads_ltm(pools):
   """Phase A: the solver is first asked after the delayed query and reads the active
   LTM; storing every revealed sentence gets the answer, ∅ throughout does not."""
   construction, _ = pools
-  specs = [s for s in sc.build_episodes(construction, 'A', count_tokens=count,
-                                        config=CFG, num=24) if s.family == 'add']
+  specs = [s for s in build_episodes(construction, 'A', count_tokens=count,
+                                     config=CFG, num=24) if s.family == 'add']
   assert len(specs) >= 3
   oracle = ts.OracleEvidenceReader.from_examples([s.example for s in specs])
   cfg = mexec.ExecutorConfig(phase='A')
@@ -203,62 +164,51 @@ def test_phase_a_delayed_query_reads_ltm(pools):
 
 def test_families_sampled_uniformly_and_deterministic(pools):
   construction, dev = pools
-  specs = sc.build_episodes(construction, 'B', count_tokens=count, config=CFG,
-                            num=250)
+  specs = build_episodes(construction, 'B', count_tokens=count, config=CFG,
+                         num=250)
   fams = collections.Counter(s.family for s in specs)
-  assert set(fams) == set(sc.FAMILIES['B'])
+  assert set(fams) == set(FAMILIES['B'])
   assert all(30 <= n <= 70 for n in fams.values()), fams  # 50 expected each
-  again = sc.build_episodes(construction, 'B', count_tokens=count, config=CFG,
-                            num=250)
+  again = build_episodes(construction, 'B', count_tokens=count, config=CFG,
+                         num=250)
   assert [s.episode_id for s in again] == [s.episode_id for s in specs]
   assert [s.initial_state.to_json() for s in again] == [
       s.initial_state.to_json() for s in specs]
   assert [s.observations for s in again] == [s.observations for s in specs]
-  other = sc.build_episodes(construction, 'B', count_tokens=count,
-                            config=sc.ScenarioConfig(seed=1), num=250)
+  other = build_episodes(construction, 'B', count_tokens=count,
+                         config=ScenarioConfig(seed=1), num=250)
   assert [s.episode_id for s in other] != [s.episode_id for s in specs]
-  dev_specs = sc.build_episodes(dev, 'C', count_tokens=count, config=CFG, split='dev',
-                                num=20)
+  dev_specs = build_episodes(dev, 'C', count_tokens=count, config=CFG, split='dev',
+                             num=20)
   dev_ids = {ex.id for ex in dev}
   assert all(s.example.id in dev_ids and s.split == 'dev' for s in dev_specs)
-
-
-def test_perturb_number_and_partial_hand_cases():
-  rng = random.Random(0)
-  out = sc.perturb_number('Born in 1982 in Denver, aged 3.', rng)
-  assert out != 'Born in 1982 in Denver, aged 3.'
-  year = int(out.split()[2])
-  assert year in (1983, 1984, 1985, 1981, 1980) and out.endswith('Denver, aged 3.')
-  assert sc.perturb_number('No digits here at all.', rng) is None
-  assert sc.truncate_partial('one two three four five six seven') == 'one two three'
-  assert sc.truncate_partial('too short') is None
 
 
 def test_bad_arguments_raise(pools):
   construction, _ = pools
   ex = construction[0]
   with pytest.raises(ValueError, match='phase'):
-    sc.build_episode(ex, 'D', 'add', count_tokens=count)
+    build_episode(ex, 'D', 'add', count_tokens=count)
   with pytest.raises(ValueError, match='family'):
-    sc.build_episode(ex, 'A', 'retrieve', count_tokens=count)
+    build_episode(ex, 'A', 'retrieve', count_tokens=count)
   with pytest.raises(ValueError, match='split'):
-    sc.build_episodes(construction, 'A', count_tokens=count, split='test')
+    build_episodes(construction, 'A', count_tokens=count, split='test')
   with pytest.raises(ValueError, match='empty'):
-    sc.build_episodes([], 'A', count_tokens=count, num=1)
+    build_episodes([], 'A', count_tokens=count, num=1)
   with pytest.raises(ValueError, match='fill_min'):
-    sc.ScenarioConfig(fill_min=0.9, fill_max=0.5)
+    ScenarioConfig(fill_min=0.9, fill_max=0.5)
   with pytest.raises(ValueError, match='num_train'):
-    sc.ScenarioConfig(num_train=-1)
-  cfg = sc.ScenarioConfig.from_config({'num_train': 5, 'op_space': 'A',
-                                       'rollout_limit': 6})
+    ScenarioConfig(num_train=-1)
+  cfg = ScenarioConfig.from_config({'num_train': 5, 'op_space': 'A',
+                                    'rollout_limit': 6})
   assert cfg.num_train == 5 and cfg.rollout_limit == 6
 
 
 def test_rollout_limit_trims_distractors_first(pools):
   construction, _ = pools
-  cfg = sc.ScenarioConfig(rollout_limit=4)
+  cfg = ScenarioConfig(rollout_limit=4)
   for ex in construction[:40]:
-    spec = sc.build_episode(ex, 'A', 'add', count_tokens=count, config=cfg)
+    spec = build_episode(ex, 'A', 'add', count_tokens=count, config=cfg)
     assert len(spec.observations) + 1 <= 4
     assert spec.max_decisions == len(spec.observations) + 1
     sup = set(hotpotqa.supporting_unit_ids(ex))
@@ -271,11 +221,11 @@ def test_example_without_resolvable_facts_is_skipped(pools):
   construction, _ = pools
   bad = dataclasses.replace(construction[0], id='no-resolvable-facts',
                             supporting_facts=(('Missing title', 0),))
-  assert sc.build_view(bad, count).facts == ()
-  for phase in sc.PHASES:
-    for fam in sc.FAMILIES[phase]:
-      assert sc.build_episode(bad, phase, fam, count_tokens=count) is None
-  specs = sc.build_episodes([bad] + construction[:5], 'B', count_tokens=count, num=6)
+  assert build_view(bad, count).facts == ()
+  for phase in PHASES:
+    for fam in FAMILIES[phase]:
+      assert build_episode(bad, phase, fam, count_tokens=count) is None
+  specs = build_episodes([bad] + construction[:5], 'B', count_tokens=count, num=6)
   assert len(specs) == 6 and all(s.example.id != bad.id for s in specs)
 
 
@@ -302,7 +252,7 @@ class CorrectPhaseAPolicy:
     self.how = how
     self.info = {}
     for s in specs:
-      facts = {f.text for f in sc.build_view(s.example, count).facts}
+      facts = {f.text for f in build_view(s.example, count).facts}
       self.info[json.dumps(s.initial_state.q, ensure_ascii=False)] = (
           set(s.stale_texts), facts)
 
@@ -362,7 +312,7 @@ def test_phase_a_stale_and_obsolete_entries_must_be_repaired(pools):
   throughout and storing facts beside a stale entry get r^task 0, a policy that
   Updates (or Deletes) the stale entry gets r^task 1. In the null family ∅ is right."""
   construction, _ = pools
-  specs = sc.build_episodes(construction, 'A', count_tokens=count, config=CFG, num=60)
+  specs = build_episodes(construction, 'A', count_tokens=count, config=CFG, num=60)
   fams = collections.Counter(s.family for s in specs)
   assert fams['update'] >= 8 and fams['delete'] >= 8, fams
   for s in specs:
@@ -411,14 +361,14 @@ def test_phase_a_stale_entries_citing_their_unit_do_not_answer(pools):
   unit they misstate. ∅ throughout must not answer from them (it answered 22 of 26
   update episodes in 100 under the provenance-only oracle)."""
   construction, _ = pools
-  specs = [s for s in sc.build_episodes(construction, 'A', count_tokens=count,
-                                        config=CFG, num=60) if s.family == 'update']
+  specs = [s for s in build_episodes(construction, 'A', count_tokens=count,
+                                     config=CFG, num=60) if s.family == 'update']
   cited = []
   for s in specs:
-    view = sc.build_view(s.example, count)
+    view = build_view(s.example, count)
     entries = []
     for e in s.initial_state.M:
-      (f,) = [f for f in view.facts if sc._same_sentence(e.content, f)][:1]
+      (f,) = [f for f in view.facts if _same_sentence(e.content, f)][:1]
       v = dataclasses.replace(e.current, evidence=(f.unit_id,))
       entries.append(dataclasses.replace(e, versions=(v,)))
     cited.append(dataclasses.replace(
@@ -439,8 +389,8 @@ def test_phase_a_stale_entries_citing_their_unit_do_not_answer(pools):
 
 def test_phase_c_update_filter_labels_its_stale_entry(pools):
   construction, _ = pools
-  specs = [s for s in sc.build_episodes(construction, 'C', count_tokens=count,
-                                        config=CFG, num=24)]
+  specs = [s for s in build_episodes(construction, 'C', count_tokens=count,
+                                     config=CFG, num=24)]
   for s in specs:
     if s.family == 'update_filter':
       (stale,) = s.stale_texts

@@ -122,3 +122,46 @@ def test_resume_refuses_other_settings(tmp_path):
   with pytest.raises(ValueError, match='seed: 7 -> 42'):
     sft.run_sft(config, str(tmp_path))
   json.dumps(sft.trajectory_fingerprint(config))  # stored as JSON metadata
+
+
+def test_nan_gradient_skips_one_step_and_the_run_continues(tmp_path, monkeypatch):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import sft_step  # pylint: disable=g-import-not-at-top
+  config = tiny_config()
+  config.checkpoint.max_to_keep = 8
+  real_step, real_acc = sft_step.train_step, sft_step.accumulate_micro_batch
+  calls = []
+
+  def step(*args, **kwargs):
+    calls.append(1)
+    return real_step(*args, **kwargs)
+
+  def accumulate(*args, **kwargs):  # a NaN in one gradient entry of step 2
+    acc = real_acc(*args, **kwargs)
+    if len(calls) == 2:
+      acc = dict(acc, grads=jax.tree.map(lambda g: g.at[(0,) * g.ndim].set(jnp.nan),
+                                         acc['grads']))
+    return acc
+
+  monkeypatch.setattr(sft_step, 'train_step', step)
+  monkeypatch.setattr(sft_step, 'accumulate_micro_batch', accumulate)
+  result = sft.run_sft(config, str(tmp_path))
+  assert result['complete'] and result['step'] == 4
+  d = os.path.join(str(tmp_path), 'sft')
+  rows = [r for r in metrics_lib.read_jsonl(os.path.join(d, metrics_lib.METRICS_FILE))
+          if 'train/loss' in r]
+  assert [r['train/skipped'] for r in rows] == [0.0, 1.0, 0.0, 0.0]
+  assert rows[-1]['train/skipped_total'] == 1.0
+  # The schedule counts applied steps only: step 3 gets the rate step 2 would have.
+  np.testing.assert_allclose([r['train/lr'] for r in rows],
+                             [0.0, 1e-3, 1e-3, 1e-3 * 2 / 3], rtol=1e-6)
+  s1, s2, s3 = (_params_of(d, k) for k in (1, 2, 3))
+  for x, y in zip(jax.tree.leaves((s1.params, s1.opt_state)),
+                  jax.tree.leaves((s2.params, s2.opt_state))):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # step 2 not applied
+  assert any(not np.array_equal(np.asarray(x), np.asarray(y))
+             for x, y in zip(jax.tree.leaves(s2.params), jax.tree.leaves(s3.params)))
+  for x in jax.tree.leaves(s3.params):
+    assert np.all(np.isfinite(np.asarray(x)))
+  with checkpoints.PhaseCheckpointManager(d) as mgr:
+    assert mgr.read_meta(4)['metadata']['skipped_steps'] == 1

@@ -8,7 +8,6 @@ import pytest
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import sft_data
 from vermem_jax.rl import policy
 from vermem_jax.train import setup
 from vermem_jax.train import sft_examples
@@ -22,9 +21,9 @@ def tok(qwen25_tokenizer_dir):
 @pytest.fixture(scope='module')
 def records(tok, hotpotqa_dir):
   construction, dev = episodes.load_pools(hotpotqa.DataConfig(hotpotqa_dir=hotpotqa_dir))
-  cfg = sft_data.SFTDataConfig(train_per_target=1, dev_per_target=1, context_budget=256,
+  cfg = episodes.SFTDataConfig(train_per_target=1, dev_per_target=1, context_budget=256,
                                policy_input_limit=512)
-  train, dev_r, _ = sft_data.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
+  train, dev_r, _ = episodes.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
                                            config=cfg, verbose=False)
   return train, dev_r
 

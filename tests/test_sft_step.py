@@ -151,3 +151,46 @@ def test_linear_warmup_then_linear_decay():
   got = [float(sched(s)) for s in (0, 1, 2, 3, 50, 99, 100)]
   want = [2e-5 / 3, 2 * 2e-5 / 3, 2e-5, 2e-5, 2e-5 * 50 / 97, 2e-5 * 1 / 97, 0.0]
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- reductions
+def test_loss_reductions_match_numpy(params, short):
+  dec = short[:3]
+  mb = batching.build_batch(dec, UNIT, num_decisions=3, pad_id=PAD, batch_size=4)
+  full_logits = jax.jit(lambda p, ids, mask: qwen.Qwen(MODEL).apply(
+      {'params': p}, ids, attention_mask=mask))
+  logits = np.asarray(full_logits(params, mb['input_ids'], mb['attention_mask']))
+  nlls = []
+  for row, d in enumerate(dec):
+    p, c = len(d.prompt_tokens), len(d.command_tokens)
+    logp = _log_softmax(logits[row].astype(np.float64))
+    ids = mb['input_ids'][row]
+    nlls.append(np.array([-logp[t - 1, ids[t]] for t in range(p, p + c)]))
+  want = {'sequence': np.mean([x.sum() for x in nlls]),          # Eq. 7: -log π(u*|x)
+          'decision': np.mean([x.mean() for x in nlls]),
+          'token': np.concatenate(nlls).mean()}
+  for reduction, value in want.items():
+    acc = sft_step.zero_accumulator(params)
+    acc = sft_step.accumulate_micro_batch(params, acc, mb, model_config=MODEL,
+                                          reduction=reduction)
+    np.testing.assert_allclose(float(acc['loss_sum'] / acc['count']), value, rtol=1e-5)
+    assert float(acc['commands']) == 3
+    got = sft_step.command_loss(params, [mb], model_config=MODEL, reduction=reduction)
+    np.testing.assert_allclose(got, value, rtol=1e-5)
+  assert abs(want['sequence'] - want['decision']) > 1.0  # distinct losses
+
+
+def test_non_finite_step_is_not_applied(params, short, monkeypatch):
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  mbs = [batching.build_batch(short[:4], UNIT, num_decisions=4, pad_id=PAD)]
+  opt = sft_step.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0)
+  state = sft_step.init_optimizer(params, opt=opt)
+  real = sft_step.accumulate_micro_batch
+  monkeypatch.setattr(sft_step, 'accumulate_micro_batch', lambda *a, **k: dict(
+      real(*a, **k), loss_sum=jnp.float32(jnp.inf)))
+  p, s, m = sft_step.train_step(params, state, mbs, model_config=MODEL, opt=opt)
+  assert m['skipped'] == 1.0 and not np.isfinite(m['loss'])
+  assert p is params and s is state
+  monkeypatch.setattr(sft_step, 'accumulate_micro_batch', real)
+  _, _, m = sft_step.train_step(params, state, mbs, model_config=MODEL, opt=opt)
+  assert m['skipped'] == 0.0 and np.isfinite(m['loss'])

@@ -288,3 +288,40 @@ def test_oracle_reads_raw_record_texts():
       ts.CONFLICTING_RECORD)
   stale = dataclasses.replace(inp, stale_texts=frozenset({"T: " + sentence}))
   assert oracle.judge(stale) == ts.STALE_RECORD
+
+
+def test_http_solver_over_a_loopback_server(tokenizer, example):
+  """OpenAI-compatible solver: the LLM solver's messages (final cue on the last call),
+  greedy, replies parsed, TN counted like the in-process solver; a dead server stops
+  the run."""
+  import chat_server
+  from vermem_jax import http_chat
+
+  def respond(n, body):
+    user = body["messages"][1]["content"]
+    return "Answer: Paris" if "No more information" in user else "Continue"
+
+  server = chat_server.LoopbackChatServer(respond)
+  try:
+    client = http_chat.ChatClient(server.url, "solver-m", max_concurrency=2)
+    solver = ts.OpenAICompatibleTaskSolver(
+        client, tokenizer, config=ts.SolverConfig(max_new_tokens=20))
+    inputs = [ts.SolverInput(example.id, example.question, "notes", final=f)
+              for f in (False, True)]
+    outs = solver.solve(inputs)
+    assert [(o.kind, o.answer) for o in outs] == [("continue", None), ("answer", "Paris")]
+    bodies = sorted((r["body"] for r in server.requests),
+                    key=lambda b: "No more" in b["messages"][1]["content"])
+    for inp, body, out in zip(inputs, bodies, outs):
+      assert body["messages"] == ts.solver_messages(inp)
+      assert body["temperature"] == 0.0 and body["max_tokens"] == 20
+      assert (out.input_tokens, out.output_tokens) == ts.call_token_counts(
+          tokenizer, inp, out.text)
+    assert ts.FINAL_CUE in bodies[1]["messages"][1]["content"]
+    assert solver.solve([]) == []
+  finally:
+    server.close()
+  dead = ts.OpenAICompatibleTaskSolver(
+      http_chat.ChatClient(server.url, "m", timeout_s=0.5), tokenizer)
+  with pytest.raises(http_chat.ChatError, match="failed"):
+    dead.solve(inputs[:1])

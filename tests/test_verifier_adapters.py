@@ -100,3 +100,44 @@ def test_global_input_scope():
                  for f in dataclasses.fields(g))
   (gs,) = heuristic.HeuristicVerifier().score_global([g])
   assert isinstance(gs, base.GlobalScores)
+
+
+def test_global_input_carries_null_decisions_and_the_budgeted_history():
+  from vermem_jax.verifiers import prompts
+  s, cfg = _state()
+  obs = [it for it in s.C if it.kind == mstate.OBSERVATION]
+  records = []
+  for text in (f'Add(content="James Cameron is a Canadian filmmaker.", '
+               f'source_refs=["{obs[2].id}"])', "∅", 'Delete(memory_id="nope", '
+               'reason="x")'):
+    tr = memory.execute(s, text, cfg, COUNT)
+    records.append(dataclasses.make_dataclass(
+        "Rec", ["command", "accepted", "transition_message"])(
+            text, tr.accepted, tr.message))
+    s = tr.state_after
+  g = adapters.global_input(s, "Canada", decisions=records)
+  assert g.memory_commands == (
+      f'{records[0].command} -> created {s.M[0].id}', "∅ -> no change",
+      f'{records[2].command} -> rejected: {records[2].transition_message}')
+  # Without a budget the whole H (task actions too), policy records excluded.
+  assert {e.kind for e in g.terminal_history} == {"observation", "task_action"}
+  hist = [e for e in s.H if e.kind not in (mstate.EV_MEMORY_DECISION,
+                                           mstate.EV_REJECTED)]
+  assert [e.ref for e in g.terminal_history] == [e.id for e in hist]
+  assert g.history_omitted == 0
+  # A budget keeps the newest events that fit, drops the oldest and counts them.
+  budget = hist[-1].tokens + hist[-2].tokens
+  g2 = adapters.global_input(s, "Canada", decisions=records,
+                             history_token_budget=budget)
+  assert [e.ref for e in g2.terminal_history] == [e.id for e in hist[-2:]]
+  assert g2.history_omitted == len(hist) - 2
+  g3 = adapters.global_input(s, "Canada", history_token_budget=budget - 1)
+  assert [e.ref for e in g3.terminal_history] == [hist[-1].id]
+  assert len(g3.memory_commands) == 2  # from H: no ∅ record
+  text = prompts.global_messages(g2, 4000)[1]["content"]
+  assert f"the {len(hist) - 2} oldest events are left out" in text
+  assert "∅ -> no change" in text and hist[-1].text in text
+  # Evidence shown in the history section is not listed again among observed evidence.
+  evidence = text.split("Evidence observed")[1].split("Memory decisions")[0]
+  assert hist[-1].text not in evidence
+  assert all(e.text in evidence for e in hist[:-2] if e.kind == "observation")

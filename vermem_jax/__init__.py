@@ -7,7 +7,7 @@ Subpackages, in import order (lower layers never import higher ones):
   verifiers local/global verifier backends.
   rl       rewards, advantages, GRPO loss, batching, rollout collection.
   train    SFT and RL phase trainers, checkpoints, metrics.
-  eval     HotpotQA metrics and the budget-controlled frontier.
+  eval     held-out episodes, metrics, judges, budget frontier, seed aggregation.
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """One OpenAI-compatible chat-completions client on the standard library (urllib).
 
 Shared by the HTTP verifier backend (`verifiers.openai_compatible`) and the optional
-SFT teacher (`envs.sft_data.OpenAICompatibleTeacher`); it sits below both packages
+SFT teacher (`envs.sft_data.teacher`); it sits below both packages
 (stdlib only) so the import order memory <- models <- envs <- verifiers holds.
 
 Protocol: POST `{'model', 'messages', 'temperature', 'max_tokens'}` as JSON to

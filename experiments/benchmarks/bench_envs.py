@@ -42,7 +42,7 @@ def main():
   print(f"split: {len(cons)} construction / {len(dev)} dev in {dt * 1e3:.2f} ms")
 
   try:
-    from vermem_jax.envs import scenarios  # pylint: disable=import-outside-toplevel
+    from vermem_jax.envs.scenarios import build as scenario_build  # pylint: disable=import-outside-toplevel
   except ImportError:
     print("scenarios module not available; skipping the episode loop")
     return
@@ -54,7 +54,7 @@ def main():
   oracle = ts.OracleEvidenceReader.from_examples(train)
   for name, count in counters:
     for phase in ("A", "B", "C"):
-      specs, dt_build = timed(lambda p=phase, c=count: scenarios.build_episodes(
+      specs, dt_build = timed(lambda p=phase, c=count: scenario_build.build_episodes(
           cons, p, count_tokens=c, num=args.episodes))
       res, dt_run = timed(lambda s=specs, c=count, p=phase: env.run_episodes(
           s, lambda xs: ["∅"] * len(xs), oracle, count_tokens=c,

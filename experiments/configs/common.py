@@ -55,16 +55,17 @@ def _parse_arg(arg: str | None) -> dict[str, str]:
 
 
 def get_config(phase: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """Full config for `phase` ('sft', 'phase_a', 'phase_b', 'phase_c') at a scale.
+  """Full config for `phase` ('sft', 'phase_a', 'phase_b', 'phase_c', or the
+  evaluation 'eval_hotpotqa') at a scale.
 
   Args:
-    phase: one of PHASE_ORDER.
+    phase: one of curriculum.CONFIG_NAMES.
     arg: the config-flag argument ('scale=tiny' default, 'scale=paper').
   Raises:
     ValueError: unknown phase or argument.
   """
-  if phase not in curriculum.PHASE_ORDER:
-    raise ValueError(f'unknown phase {phase!r}; expected one of {curriculum.PHASE_ORDER}')
+  if phase not in curriculum.CONFIG_NAMES:
+    raise ValueError(f'unknown phase {phase!r}; expected one of {curriculum.CONFIG_NAMES}')
   scale = _parse_arg(arg)['scale']
   c = paper.paper_config(phase)
   if scale == 'tiny':

@@ -5,7 +5,13 @@ Modules:
   tfds_hotpotqa  TFDS builder (array_record, read with tfds.data_source; no TensorFlow).
   task_solvers   TaskSolver, LLMTaskSolver, OracleEvidenceReader.
   environment    EpisodeSpec, Observation, PolicyOutput, run_episodes (App. A.1 loop).
-  episodes / scenarios  SFT set and Phase A/B/C episode generators.
+  episodes       public entry point of the curriculum data: pools, SFT set, phase
+                 episodes (over the two packages below).
+  sft_data/      the balanced SFT set (templates, seven filters, teacher, builder).
+  scenarios/     Phase A/B/C episode generators (s_0, schedules, delayed query).
+  interactive    InteractiveEnv / Benchmark: the interface of the interactive benchmarks
+                 (adapters in third_party/vermem_benchmarks, loaded by name).
+  action_solvers ActionPrompt, GoldPlanSolver: task solvers that act in those envs.
 
 The names below are re-exported for convenience; tfds_hotpotqa is imported only when
 the tfds source is used (TFDS import is slow).

@@ -25,6 +25,9 @@ Termination (checked in this order after step 4 of decision t):
   - 'rollout_limit': t + 1 == max_decisions; also a 'budget_exceeded' violation on
     the decision (decision: the rollout limit is the interaction budget of SPEC §3).
   A terminated episode still gets s_{t+1} = T_e(s̃_t, b_t, ∅): its task action enters H.
+The solver input of a decision after which no observation can come (the schedule is
+exhausted or the rollout limit is reached) has `final=True`: the solver must answer
+then (paper C.1: when the passages run out the solver answers).
 Otherwise z_{t+1} = observations[t] enters through T_e. An observation that does not
 fit C's budget stays in H only and its overflow cost is charged to decision t.
 A decision's total cost is capped at ExecutorConfig.cost_cap (SPEC §3).
@@ -122,6 +125,10 @@ class EpisodeSpec:
       the task solver as `SolverInput.stale_texts`; the oracle reader refuses to
       answer while one of them is still what it reads (a stale entry left in place,
       or a conflict beside the corrected one). () when nothing stale was planted.
+    evict_oldest_observations: T_e makes room for a new observation by dropping the
+      oldest unprotected C items (`memory.interact(evict_oldest=True)`): the Base
+      baseline of paper C.4, which has no memory policy. False (every VerMem episode):
+      an observation that does not fit stays in H only.
   """
   episode_id: str
   example: hotpotqa.Example
@@ -135,6 +142,7 @@ class EpisodeSpec:
   answer_from: int = 0
   answer_context: str = SOLVER_READS_CONTEXT
   stale_texts: tuple[str, ...] = ()
+  evict_oldest_observations: bool = False
 
   def __post_init__(self):
     if isinstance(self.stale_texts, str) or not all(
@@ -188,7 +196,8 @@ class DecisionRecord:
     violations: memory.Violation tuple: T_m's, then interaction overflow and the
       terminal budget violation when they apply.
     cost: c_{t,k} = min(cost_cap, sum of violation costs).
-    is_tool_call: the command named a non-null tool (TC).
+    is_tool_call: the command named a non-null tool (accepted or not; an executed
+      call, counted in TC, when also `accepted`).
     transition_message: executor outcome or rejection reasons.
     state: s_t.
     state_after_memory: s̃_t.
@@ -220,6 +229,12 @@ class DecisionRecord:
   def command(self) -> str:
     return self.policy_output.text
 
+  @property
+  def solver_called(self) -> bool:
+    """Whether the task solver was asked at this decision (not before `answer_from`,
+    nor when the policy call alone exhausted the token budget)."""
+    return self.solver_output is not _NOT_ASKED
+
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeResult:
@@ -234,7 +249,11 @@ class EpisodeResult:
     policy_input_tokens, policy_output_tokens, solver_input_tokens,
     solver_output_tokens: token sums over the episode's calls.
     task_steps: solver calls.
-    tool_calls: non-null tool calls (TC).
+    tool_calls: executed (accepted) non-null memory-tool calls: TC and the online
+      cost's call count (paper Eq. 15 / App. F.3 count executed calls; ∅ is a decision,
+      not a call).
+    rejected_tool_calls: commands naming a non-null tool that the executor rejected;
+      not calls of the online cost (their cost c_{t,k} reaches P_aux), reported apart.
   """
   spec: EpisodeSpec
   decisions: tuple[DecisionRecord, ...]
@@ -247,6 +266,7 @@ class EpisodeResult:
   solver_output_tokens: int
   task_steps: int
   tool_calls: int
+  rejected_tool_calls: int = 0
 
   @property
   def online_tokens(self) -> int:
@@ -311,15 +331,18 @@ def solver_records(state: mstate.MemoryState, reads: str = SOLVER_READS_CONTEXT,
                for it in state.C)
 
 
-def solver_input(spec: EpisodeSpec, state: mstate.MemoryState) -> task_solvers.SolverInput:
+def solver_input(spec: EpisodeSpec, state: mstate.MemoryState, *,
+                 final: bool = False) -> task_solvers.SolverInput:
   """The task solver's view of s̃_t: q and C̃_t (or M's active entries, per spec), with
-  the records' provenance and the spec's private stale texts (oracle only)."""
+  the records' provenance and the spec's private stale texts (oracle only). `final`:
+  no observation follows this call (the solver must answer now)."""
   reads = spec.answer_context
   return task_solvers.SolverInput(task_id=spec.example.id, question=state.q,
                                   context=render_solver_context(state, reads),
                                   source_refs=context_evidence(state, reads),
                                   records=solver_records(state, reads),
-                                  stale_texts=frozenset(spec.stale_texts))
+                                  stale_texts=frozenset(spec.stale_texts),
+                                  final=final)
 
 
 # b_t of a decision before the query is posed: no solver call, nothing recorded in H.
@@ -337,6 +360,7 @@ class _Live:
   decisions: list = dataclasses.field(default_factory=list)
   tokens: list = dataclasses.field(default_factory=lambda: [0, 0, 0, 0])
   tool_calls: int = 0
+  rejected_tool_calls: int = 0
   task_steps: int = 0
   final_answer: Optional[str] = None
   terminated_by: Optional[str] = None
@@ -344,6 +368,12 @@ class _Live:
   @property
   def online_tokens(self) -> int:
     return sum(self.tokens)
+
+  @property
+  def last_decision(self) -> bool:
+    """No observation can follow the current decision (schedule or rollout limit)."""
+    t = len(self.decisions)
+    return t >= len(self.spec.observations) or t + 1 >= self.max_decisions
 
   def over_budget(self, extra: int = 0) -> bool:
     return (self.token_budget is not None
@@ -410,7 +440,8 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
              and not ep.over_budget(transitions[i][0].input_tokens
                                     + transitions[i][0].output_tokens)]
     answers = list(solver.solve([solver_input(active[i].spec,
-                                              transitions[i][1].state_after)
+                                              transitions[i][1].state_after,
+                                              final=active[i].last_decision)
                                  for i in asked])) if asked else []
     if len(answers) != len(asked):
       raise ValueError(f"solver returned {len(answers)} outputs for {len(asked)} inputs")
@@ -429,7 +460,8 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
       final_answer=ep.final_answer, terminated_by=ep.terminated_by,
       policy_input_tokens=ep.tokens[0], policy_output_tokens=ep.tokens[1],
       solver_input_tokens=ep.tokens[2], solver_output_tokens=ep.tokens[3],
-      task_steps=ep.task_steps, tool_calls=ep.tool_calls) for ep in live]
+      task_steps=ep.task_steps, tool_calls=ep.tool_calls,
+      rejected_tool_calls=ep.rejected_tool_calls) for ep in live]
 
 
 def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
@@ -440,7 +472,8 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
   ep.tokens[1] += int(out.output_tokens)
   ep.tokens[2] += int(b.input_tokens)
   ep.tokens[3] += int(b.output_tokens)
-  ep.tool_calls += int(tr.is_tool_call)
+  ep.tool_calls += int(tr.is_tool_call and tr.accepted)
+  ep.rejected_tool_calls += int(tr.is_tool_call and not tr.accepted)
   violations = list(tr.violations)
 
   observation = None
@@ -469,7 +502,8 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
     next_state, overflow = interaction.interact(
         tr.state_after, b.text, observation.text, count_tokens, ep.config,
         observation_refs=observation.source_refs, task_state=observation.task_state,
-        protected=observation.protected)
+        protected=observation.protected,
+        evict_oldest=ep.spec.evict_oldest_observations)
   if overflow:
     violations.append(mexec.Violation(
         kind="context_overflow", cost=float(overflow),

@@ -1,6 +1,6 @@
 """Training data of the curriculum: the SFT set and the Phase A/B/C episodes (SPEC §4).
 
-Public entry point over two modules:
+Public entry point over two packages:
   - `sft_data`: the balanced SFT set (8 targets, boundary templates, seven filters,
     dedupe, optional teacher) — paper Appendix D.1–D.3.
   - `scenarios`: the phase scenario generators (initial M_0, C_0, H_0, observation
@@ -9,7 +9,7 @@ Public entry point over two modules:
 Both draw from HotpotQA *train* examples only: the construction pool gives train
 records/episodes, the internal-dev pool gives dev ones (`load_pools`, 90/10 by
 question id, SPEC §4). The reference answer and supporting facts shape construction
-but never appear in a policy input (see the two modules for the precise guarantees).
+but never appear in a policy input (see the two packages for the precise guarantees).
 
 Typical use:
 
@@ -27,14 +27,18 @@ from typing import Callable, Sequence
 
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.environment import EpisodeSpec, Observation
-from vermem_jax.envs.scenarios import (FAMILIES, PHASES, DelayedQuery, ScenarioConfig,
-                                       ScenarioSpec, build_episode, build_episodes,
-                                       build_view, needs_of, paper_counts,
-                                       validate_initial_state)
-from vermem_jax.envs.sft_data import (FILTER_NAMES, TARGETS, TEMPLATES,
-                                      OpenAICompatibleTeacher, SFTBuildReport,
-                                      SFTDataConfig, SFTRecord, TeacherError,
-                                      build_sft_set, check_candidate, dedupe_key)
+from vermem_jax.envs.scenarios.build import build_episode, build_episodes
+from vermem_jax.envs.scenarios.initial_state import validate_initial_state
+from vermem_jax.envs.scenarios.needs import needs_of
+from vermem_jax.envs.scenarios.spec import (FAMILIES, PHASES, DelayedQuery,
+                                            ScenarioConfig, ScenarioSpec, paper_counts)
+from vermem_jax.envs.scenarios.views import build_view
+from vermem_jax.envs.sft_data.build import build_sft_set
+from vermem_jax.envs.sft_data.config import SFTDataConfig
+from vermem_jax.envs.sft_data.filters import FILTER_NAMES, check_candidate, dedupe_key
+from vermem_jax.envs.sft_data.records import TARGETS, SFTBuildReport, SFTRecord
+from vermem_jax.envs.sft_data.teacher import OpenAICompatibleTeacher, TeacherError
+from vermem_jax.envs.sft_data.templates import TEMPLATES
 
 __all__ = [
     'EpisodeSpec', 'Observation', 'FAMILIES', 'PHASES', 'DelayedQuery',

@@ -6,11 +6,13 @@ output is either a final answer (`kind='answer'`) or a request for more informat
 (`kind='continue'`), plus the input/output token counts that enter the online-token
 metric TN (SPEC §7).
 
-Two solvers:
+Three solvers:
 - `LLMTaskSolver`: prompts a Qwen model with q and the active context (the tokenizer's
   chat template; data text escaped so it holds no special tokens), decodes through `vermem_jax.models.generate` (greedy by default, SPEC
   §7 / paper App. C.3) and parses the reply: a line `Answer: <text>` is a final answer,
   anything else (normally `Continue`) asks for more.
+- `OpenAICompatibleTaskSolver`: the same prompt and parsing, sent to a served model
+  (vLLM, SGLang, a hosted API) through `vermem_jax.http_chat.ChatClient`.
 - `OracleEvidenceReader`: a diagnostic stand-in for CPU runs and for measuring memory
   quality apart from the LLM. It is given each example's reference answer, supporting
   evidence-unit ids and evidence-unit texts *privately* (never part of any policy
@@ -37,6 +39,7 @@ from vermem_jax.memory import serialization
 
 ANSWER = "answer"
 CONTINUE = "continue"
+ACTION = "action"  # an action for an interactive benchmark (envs.interactive)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,6 +96,8 @@ class SolverInput:
     stale_texts: private label of the episode (`EpisodeSpec.stale_texts`): texts of
       the stale / obsolete versions the scenario planted in M_0. Never shown to the
       policy or the LLM solver.
+    final: no further information will arrive after this call (the observations
+      ran out or the rollout limit is reached): an LLM solver is told to answer now.
   """
   task_id: str
   question: str
@@ -100,6 +105,7 @@ class SolverInput:
   source_refs: frozenset[str] = frozenset()
   records: tuple[SolverRecord, ...] = ()
   stale_texts: frozenset[str] = frozenset()
+  final: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,12 +113,14 @@ class SolverOutput:
   """One task action b_t.
 
   Attributes:
-    kind: 'answer' | 'continue'.
+    kind: 'answer' | 'continue' (HotpotQA), or 'action' (an interactive benchmark:
+      `action` is what the environment plays).
     answer: the final answer text when kind == 'answer', else None.
     text: the raw reply (what T_e records in H as the task action).
     input_tokens: prompt tokens of this call (counted every call).
     output_tokens: generated tokens of this call, the end-of-turn token included.
     token_ids: generated ids [output_tokens] (LLM solver only; None otherwise).
+    action: the environment action when kind == 'action', else None.
   """
   kind: str
   answer: str | None
@@ -120,6 +128,7 @@ class SolverOutput:
   input_tokens: int = 0
   output_tokens: int = 0
   token_ids: tuple[int, ...] | None = None
+  action: str | None = None
 
 
 class TaskSolver(abc.ABC):
@@ -149,6 +158,11 @@ SOLVER_SYSTEM_PROMPT = (
     "arrive.")
 
 
+# Last line of the user turn when `SolverInput.final` (our wording).
+FINAL_CUE = ("No more information will arrive. Reply with 'Answer: ...' giving your "
+             "best answer from these notes.")
+
+
 def solver_messages(inp: SolverInput) -> list[dict[str, str]]:
   """Chat messages of the solver prompt for one input.
 
@@ -162,8 +176,8 @@ def solver_messages(inp: SolverInput) -> list[dict[str, str]]:
   question = serialization.escape_markup(inp.question)
   context = serialization.escape_markup(inp.context) if inp.context.strip() else (
       "(empty)")
-  user = (f"Question: {question}\n\nWorking context:\n{context}\n\n"
-          "Reply with 'Answer: ...' or 'Continue'.")
+  cue = (FINAL_CUE if inp.final else "Reply with 'Answer: ...' or 'Continue'.")
+  user = f"Question: {question}\n\nWorking context:\n{context}\n\n{cue}"
   return [{"role": "system", "content": SOLVER_SYSTEM_PROMPT},
           {"role": "user", "content": user}]
 
@@ -211,6 +225,11 @@ class LLMTaskSolver(TaskSolver):
     config: SolverConfig (greedy, 64 new tokens by default).
     rng: a `jax.random` key, split once per call (used only when temperature > 0).
     generate_fn: defaults to `vermem_jax.models.generate`; same signature.
+    messages_fn: SolverInput -> chat messages (default `solver_messages`, the
+      HotpotQA prompt; interactive benchmarks pass
+      `envs.action_solvers.ActionPrompt(...).messages`).
+    parse_fn: reply text -> (kind, payload) (default `parse_solver_reply`); the
+      payload is the answer for kind 'answer' and the action for kind 'action'.
 
   `solve` prompts all inputs in one `generate` call: prompts [B, T_b] (left-padded
   into length buckets by the sampler), replies [B, N<=max_new_tokens] int32.
@@ -220,7 +239,9 @@ class LLMTaskSolver(TaskSolver):
 
   def __init__(self, tokenizer: _ChatTokenizer, model_config: Any, params: Any, *,
                config: SolverConfig = SolverConfig(), rng: Any = None,
-               generate_fn: Callable[..., Any] | None = None):
+               generate_fn: Callable[..., Any] | None = None,
+               messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
     import jax  # pylint: disable=import-outside-toplevel
     if generate_fn is None:
       from vermem_jax.models import generate as generate_fn  # pylint: disable=import-outside-toplevel
@@ -231,13 +252,15 @@ class LLMTaskSolver(TaskSolver):
     self._rng = rng if rng is not None else jax.random.PRNGKey(0)
     self._generate = generate_fn
     self._stop_ids = tuple(tokenizer.stop_token_ids)
+    self._messages = messages_fn or solver_messages
+    self._parse = parse_fn or parse_solver_reply
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     if not inputs:
       return []
     import jax  # pylint: disable=import-outside-toplevel
-    prompts = [self.tokenizer.encode(render_solver_prompt(self.tokenizer, inp))
-               for inp in inputs]
+    prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
+        self._messages(inp), add_generation_prompt=True)) for inp in inputs]
     self._rng, key = jax.random.split(self._rng)
     out = self._generate(
         self.model_config, self.params, prompts, rng=key,
@@ -251,8 +274,10 @@ class LLMTaskSolver(TaskSolver):
       ids = [int(t) for t in tokens[i, :int(lengths[i])]]
       text_ids = ids[:-1] if ids and ids[-1] in self._stop_ids else ids
       text = self.tokenizer.decode(text_ids, skip_special_tokens=True)
-      kind, answer = parse_solver_reply(text)
-      results.append(SolverOutput(kind, answer, text, len(prompt), len(ids), tuple(ids)))
+      kind, payload = self._parse(text)
+      results.append(SolverOutput(
+          kind, payload if kind == ANSWER else None, text, len(prompt), len(ids),
+          tuple(ids), action=payload if kind == ACTION else None))
     return results
 
 
@@ -396,9 +421,70 @@ class OracleEvidenceReader(TaskSolver):
         kind, text = ANSWER, f"Answer: {answer}"
       else:
         kind, answer, text = CONTINUE, None, "Continue"
-      n_in = n_out = 0
-      if self.tokenizer is not None:
-        n_in = self.tokenizer.count_tokens(render_solver_prompt(self.tokenizer, inp))
-        n_out = self.tokenizer.count_tokens(text) + 1  # + end-of-turn token
+      n_in, n_out = (call_token_counts(self.tokenizer, inp, text)
+                     if self.tokenizer is not None else (0, 0))
       results.append(SolverOutput(kind, answer, text, n_in, n_out))
+    return results
+
+
+def call_token_counts(tokenizer: _ChatTokenizer, inp: SolverInput, reply: str, *,
+                      messages_fn: Callable[[SolverInput], list[dict[str, str]]]
+                      | None = None) -> tuple[int, int]:
+  """(input, output) tokens of one solver call as the in-process LLM solver would
+  count them: the chat-templated prompt of `inp` (`messages_fn`, default
+  `solver_messages`), and the reply plus one end-of-turn token (TN, SPEC §7)."""
+  prompt = tokenizer.apply_chat_template((messages_fn or solver_messages)(inp),
+                                         add_generation_prompt=True)
+  return tokenizer.count_tokens(prompt), tokenizer.count_tokens(reply) + 1
+
+
+class OpenAICompatibleTaskSolver(TaskSolver):
+  """A served model (vLLM, SGLang, a hosted API) as task solver over HTTP.
+
+  Sends `solver_messages(inp)` (q and C̃_t only; nothing private) to an
+  OpenAI-compatible chat-completions endpoint through `http_chat.ChatClient`, at most
+  `client.max_concurrency` requests at a time, and parses each reply like the
+  in-process solver (`parse_solver_reply`). Token counts (TN) are those of the
+  backbone tokenizer on the chat-templated prompt and the reply plus one end-of-turn
+  token (`call_token_counts`), so TN matches the in-process solver's accounting.
+
+  Args:
+    client: an `http_chat.ChatClient` (its `max_retries` re-sends failed requests).
+    tokenizer: the backbone tokenizer (chat template, count_tokens).
+    config: SolverConfig (max_new_tokens, temperature; greedy by default).
+    messages_fn, parse_fn: the prompt and reply parser, as for `LLMTaskSolver`
+      (defaults: the HotpotQA `solver_messages` / `parse_solver_reply`).
+
+  Raises (from solve):
+    http_chat.ChatError: a request still failing after the client's retries (the
+      message names the URL); evaluation stops rather than score a dead server's
+      episodes as unanswered.
+  """
+
+  def __init__(self, client: Any, tokenizer: _ChatTokenizer, *,
+               config: SolverConfig = SolverConfig(),
+               messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
+    self.client = client
+    self.tokenizer = tokenizer
+    self.config = config
+    self._messages = messages_fn or solver_messages
+    self._parse = parse_fn or parse_solver_reply
+
+  def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
+    from vermem_jax import http_chat  # pylint: disable=import-outside-toplevel
+    if not inputs:
+      return []
+    replies = self.client.complete_many(
+        [self._messages(inp) for inp in inputs],
+        max_tokens=self.config.max_new_tokens, temperature=self.config.temperature)
+    results = []
+    for inp, reply in zip(inputs, replies):
+      if isinstance(reply, http_chat.ChatError):
+        raise reply
+      kind, payload = self._parse(reply)
+      n_in, n_out = call_token_counts(self.tokenizer, inp, reply,
+                                      messages_fn=self._messages)
+      results.append(SolverOutput(kind, payload if kind == ANSWER else None, reply, n_in,
+                                  n_out, action=payload if kind == ACTION else None))
     return results

@@ -23,12 +23,16 @@ Transitions and the violation of each failed check:
   an id of this task (other namespace -> foreign_ref; unknown / wrong kind ->
   missing_id) naming an active entry, a C item, or an H event not written by the policy
   (memory decisions and rejected commands are not sources) -> else unsupported_write.
+  A C item is followed to the records its text comes from (origin of a retrieved
+  item; the roots of a summary, state.ContextItem.derived_from): one that traces back
+  only to deleted entries -> unsupported_write.
   Duplicate (checks.same_text) of an active entry -> unsupported_write. A number, date
   or time absent from the sources (checks.unsupported_facts, when
   check_numbers_on_write) -> unsupported_write. Leakage -> leakage.
 - Update(memory_id, new_content, source_refs): appends version k+1 to an *active*
   entry (deleted / unknown -> missing_id); earlier versions stay. Same checks as Add,
-  plus: needs a source other than the entry itself and a changed text
+  plus: needs a source other than the entry itself -- a retrieved copy of the entry,
+  or a summary of only such copies, is the entry itself -- and a changed text
   (-> unsupported_write); a duplicate of another active entry -> unsupported_write.
 - Delete(memory_id, reason): soft delete of an active entry (status 'deleted', reason
   and step recorded; versions kept). Empty reason -> unjustified_delete.
@@ -48,7 +52,8 @@ Transitions and the violation of each failed check:
   first one's position; originals stay in H. Protected items -> protected_removal; an
   empty summary or one with a chat-control tag -> bad_argument; not
   shorter in tokens than the items it replaces -> bad_argument; an unsupported number,
-  date or time -> unsupported_write; over budget -> context_overflow.
+  date or time -> unsupported_write; over budget -> context_overflow. The summary item
+  records `roots`: the records the replaced items derive from.
 
 Provenance: sources, evidence, origin and `protected` of new records come from the
 executor's records of the cited ids, never from the command; ids of another task never
@@ -179,8 +184,24 @@ def _source_evidence(rec):
   return rec.current.evidence if isinstance(rec, st.LTMEntry) else rec.evidence
 
 
+def _deleted_entry(state, ref):
+  p = st.parse_id(ref)
+  if p is None or p[1] != 'm':
+    return False
+  entry = state.entry(ref)
+  return entry is not None and not entry.active
+
+
 def _sources(state, refs, found, exclude=None):
-  """Validates write sources; returns the list of records (may be partial)."""
+  """Validates write sources; returns the list of records (may be partial).
+
+  A C item is followed to the records its text comes from (`ContextItem.derived_from`:
+  the entry a retrieved item copies, the records a summary condenses): it supports the
+  write only through those that are neither deleted entries nor `exclude` (the entry
+  an Update rewrites). A source left with no such record is skipped when it traces
+  only to `exclude` (like citing the entry itself) and rejected when deleted entries
+  are all it traces to.
+  """
   recs = []
   for ref in refs:
     rec = _resolve(state, ref, 'mch', found)
@@ -193,6 +214,16 @@ def _sources(state, refs, found, exclude=None):
                 f'source {ref} is a memory decision, not evidence')
     elif exclude is not None and ref == exclude:
       continue
+    elif isinstance(rec, st.ContextItem):
+      roots = rec.derived_from()
+      deleted = [r for r in roots if r != exclude and _deleted_entry(state, r)]
+      if any(r != exclude and r not in deleted for r in roots):
+        recs.append(rec)
+      elif deleted:
+        also = f' and {exclude} itself' if exclude in roots else ''
+        found.add('unsupported_write', f'source {ref} traces back only to deleted '
+                  f'entr{"ies" if len(deleted) > 1 else "y"} {", ".join(deleted)}{also}')
+      # else: a copy of `exclude` only -- no source other than the entry itself
     else:
       recs.append(rec)
   return recs
@@ -488,10 +519,12 @@ def _op_summarize(state, cmd, config, count_tokens, found):
   def commit():
     ids = set(refs)
     ordered = tuple(it.id for it in state.C if it.id in ids)
+    by_id = {it.id: it for it in items}
+    roots = tuple(dict.fromkeys(r for i in ordered for r in by_id[i].derived_from()))
     item = st.ContextItem(
         id=st.make_id(state.ns, 'c', state.next_c), kind=st.SUMMARY, text=summary,
         source_refs=ordered, evidence=st.union_refs(*(it.evidence for it in items)),
-        protected=False, origin=None, tokens=tokens)
+        protected=False, origin=None, tokens=tokens, roots=roots)
     c = []
     for it in state.C:
       if it.id in ids:

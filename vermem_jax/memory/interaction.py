@@ -8,6 +8,12 @@ current environment state, and the overflow cost (`cost_context_overflow`, SPEC 
 returned so the episode loop charges it to the last memory decision (F.5: terminal and
 interaction budget violations attach to the preceding decision; the caller caps the
 decision's total at `cost_cap`).
+
+With `evict_oldest=True` (the Base baseline of paper C.4, which has no memory policy:
+C keeps the newest observations that fit its budget) an observation that does not fit
+first evicts the oldest unprotected C items, in C order, until it fits; the evicted
+texts stay in H. An observation that would not fit even with every unprotected item
+gone evicts nothing and stays in H only, as above.
 """
 
 
@@ -15,7 +21,7 @@ from vermem_jax.memory import state as st
 
 
 def interact(state, task_action, observation, count_tokens, config, *,
-             observation_refs=(), task_state=None, protected=False):
+             observation_refs=(), task_state=None, protected=False, evict_oldest=False):
   """T_e: records b_t and z_{t+1} and builds the next active context.
 
   Args:
@@ -28,6 +34,8 @@ def interact(state, task_action, observation, count_tokens, config, *,
       e.g. HotpotQA `"{title}#{sent_id}"`); become its source_refs and evidence.
     task_state: new current environment state text (None keeps the old one).
     protected: mark the observation's C item as protected evidence (trusted caller).
+    evict_oldest: make room by dropping the oldest unprotected C items (module
+      docstring; Base only).
 
   Returns:
     (s_{t+1}, overflow_cost): overflow_cost is 0.0, or cost_context_overflow when the
@@ -46,6 +54,8 @@ def interact(state, task_action, observation, count_tokens, config, *,
   state, event_id = st.add_history(state, st.EV_OBSERVATION, str(observation),
                                    count_tokens, source_refs=refs, step=t + 1)
   tokens = state.H[-1].tokens
+  if state.context_tokens() + tokens > config.context_budget and evict_oldest:
+    state = _evict_oldest(state, tokens, config.context_budget)
   if state.context_tokens() + tokens > config.context_budget:
     return state.evolve(env_item_id=None), config.cost_context_overflow
   item = st.ContextItem(
@@ -55,3 +65,18 @@ def interact(state, task_action, observation, count_tokens, config, *,
       protected=bool(protected), origin=event_id, tokens=tokens)
   return state.evolve(C=state.C + (item,), next_c=state.next_c + 1,
                              env_item_id=item.id), 0.0
+
+
+def _evict_oldest(state, tokens, budget):
+  """`state` with its oldest unprotected C items dropped until `tokens` more fit in
+  `budget`; unchanged when they would not fit even with all of them dropped."""
+  keep_min = sum(it.tokens for it in state.C if it.protected)
+  if keep_min + tokens > budget:
+    return state
+  c = list(state.C)
+  total = state.context_tokens()
+  while total + tokens > budget:
+    i = next(i for i, it in enumerate(c) if not it.protected)
+    total -= c.pop(i).tokens
+  env_item = state.env_item_id if any(it.id == state.env_item_id for it in c) else None
+  return state.evolve(C=tuple(c), env_item_id=env_item)

@@ -15,6 +15,11 @@ Provenance. `source_refs` are the direct sources of a record: for an observation
 evidence-unit ids given by the environment (HotpotQA: `"{title}#{sent_id}"`), for a
 retrieved item `(entry_id,)`, for a restored item `(event_id,)`, for a summary the
 replaced item ids, for an LTM version the record ids its command cited (validated).
+A summary item also keeps `roots`: the record ids its text derives from, traced through
+the items it replaced (`ContextItem.derived_from`: an item's origin, or the item itself
+when it copies no record; a replaced summary contributes its own roots). The executor
+uses them to decide whether a write is supported by something other than the entry it
+rewrites, and whether a source still traces to an active record.
 `evidence` is the transitive set of environment evidence-unit ids behind a record,
 computed by the executor from its own records (sorted tuple). `protected` is set only by
 trusted environment code (the builders below / `interact`), never by a command.
@@ -33,7 +38,7 @@ JSON schema (`to_json` / `from_json`; `to_dict` / `from_dict` for the dict form)
                           "evidence": [str], "step": int, "tokens": int}, ...]}, ...],
      "C": [{"id": str, "kind": str, "text": str, "source_refs": [str],
             "evidence": [str], "protected": bool, "origin": str | null,
-            "tokens": int}, ...],
+            "tokens": int, "roots": [str]}, ...],    ("roots" optional on read: [])
      "H": [{"id": str, "step": int, "kind": str, "text": str, "source_refs": [str],
             "evidence": [str], "tokens": int}, ...]}
 
@@ -47,7 +52,7 @@ file). `from_json` checks the schema and the invariants the executor relies on a
 raises ValueError naming the field otherwise: exact key sets (unknown fields are
 errors), types, non-negative ints, no unpaired surrogates, task_id non-empty, `M[i].id`
 = `{ns}:m{i+1}` and `H[i].id` = `{ns}:h{i+1}`, C ids of this task, unique and below
-`next_c`, C origins ids of this task, `env_item_id` an item of C, versions numbered
+`next_c`, C origins and roots ids of this task, `env_item_id` an item of C, versions numbered
 0..k, active entries without deletion data. Malformed JSON (including nesting too deep
 for the decoder) is a ValueError as well.
 
@@ -172,6 +177,17 @@ class ContextItem(_Record):
   protected: bool = False
   origin: Optional[str] = None  # H event or M entry id this item copies
   tokens: int = 0
+  # Summary items only: the records the summary's text derives from (see `roots`).
+  roots: tuple = ()
+
+  def derived_from(self):
+    """Ids of the records this item's text comes from (the executor's source
+    tracing): a summary's `roots`; else its `origin` (the entry a retrieved item
+    copies, the event a restored or observation item copies); else (also a summary
+    read from JSON without roots) the item itself."""
+    if self.kind == SUMMARY and self.roots:
+      return self.roots
+    return (self.origin,) if self.origin is not None else (self.id,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -415,7 +431,8 @@ def _state_to_dict(s):
             for e in s.M],
       'C': [{'id': c.id, 'kind': c.kind, 'text': c.text,
              'source_refs': list(c.source_refs), 'evidence': list(c.evidence),
-             'protected': c.protected, 'origin': c.origin, 'tokens': c.tokens}
+             'protected': c.protected, 'origin': c.origin, 'tokens': c.tokens,
+             'roots': list(c.roots)}
             for c in s.C],
       'H': [{'id': h.id, 'step': h.step, 'kind': h.kind, 'text': h.text,
              'source_refs': list(h.source_refs), 'evidence': list(h.evidence),
@@ -465,13 +482,13 @@ _KEYS = {
     'M': ('id', 'status', 'deletion_reason', 'deleted_step', 'versions'),
     'versions': ('version', 'content', 'source_refs', 'evidence', 'step', 'tokens'),
     'C': ('id', 'kind', 'text', 'source_refs', 'evidence', 'protected', 'origin',
-          'tokens'),
+          'tokens', 'roots'),
     'H': ('id', 'step', 'kind', 'text', 'source_refs', 'evidence', 'tokens'),
 }
 
 
 def _no_unknown(d, kind, where):
-  if isinstance(d, dict) and len(d) > len(_KEYS[kind]):
+  if isinstance(d, dict) and (set(d) - set(_KEYS[kind])):
     extra = sorted(set(d) - set(_KEYS[kind]))
     raise ValueError(f'MemoryState.from_json: unknown field(s) {extra} in {where}')
 
@@ -503,6 +520,9 @@ def _check_ids(state):
     seen.add(it.id)
     if it.origin is not None and (parse_id(it.origin) or ('',))[0] != ns:
       raise _bad(f'C[{i}].origin', f'{it.origin!r} is not a record id of this task')
+    for r in it.roots:
+      if (parse_id(r) or ('',))[0] != ns:
+        raise _bad(f'C[{i}].roots', f'{r!r} is not a record id of this task')
   if state.env_item_id is not None and state.env_item_id not in seen:
     raise _bad('state.env_item_id', f'{state.env_item_id!r} is not an item of C')
   if state.next_c < 1:
@@ -547,7 +567,8 @@ def _state_from_dict(d):
         id=_get(it, 'id', str, w), kind=kind, text=_get(it, 'text', str, w),
         source_refs=_strs(it, 'source_refs', w), evidence=_strs(it, 'evidence', w),
         protected=_get(it, 'protected', bool, w),
-        origin=_get(it, 'origin', str, w, True), tokens=_get(it, 'tokens', int, w)))
+        origin=_get(it, 'origin', str, w, True), tokens=_get(it, 'tokens', int, w),
+        roots=_strs(it, 'roots', w) if 'roots' in it else ()))
   h = []
   for i, ev in enumerate(_get(d, 'H', list, 'state')):
     w = f'H[{i}]'

@@ -19,37 +19,76 @@ Normalization conventions (decisions, documented once here):
     A^local is 0 and the op is reported with source 'none'.
   * Running statistics are consulted BEFORE they see the current batch. After the
     advantages of the batch are computed, `compute_advantages` (when
-    `update_running_stats=True`) folds every scored executable decision of every type
-    into the running statistics, one sample at a time in batch order, with the
-    exponentially weighted mean/variance recursion of `RunningStats.update`. A batch
-    therefore never normalizes against itself through the running statistics.
+    `update_running_stats=True`) takes ONE EMA step per operation type v that has
+    scored executable decisions in the update, from that update's moments of v
+    (`RunningStats.update`): with batch mean m_b and population variance s_b²,
+      μ ← d μ + (1-d) m_b,   E[x²] ← d E[x²] + (1-d)(s_b² + m_b²),   σ² = E[x²] - μ².
+    So a type's dev initialization fades as d^(updates in which v occurred), whatever
+    the number of instances per update (decision: SPEC §6 gives the decay 0.99 but not
+    its unit; one step per update keeps frequent and rare types on one clock, where a
+    per-sample decay would erase a frequent type's dev initialization within a few
+    updates).
+    A batch therefore never normalizes against itself through the running statistics.
 
-Modes (paper ablations, Section 4.3 and Appendix F.3):
-  'full'         A^hier = λ_l A^local + λ_g A^global - λ_c c
-  'local_only'   A^hier = λ_l A^local - λ_c c            (+Local)
-  'global_only'  A^hier = λ_g A^global - λ_c c           (+Global)
-  'no_verify'    A^hier = λ_g A^task - λ_c c, where A^task is r^task normalized within
-                 the task group exactly like A^global (VerMem-noVerify: task-outcome
-                 advantage plus hard constraints, no verifier-derived term).
+Modes: the paper's ablation rows (Table 4 and Table 18 captions, App. E; SPEC §6), one
+function per formula below. A^task is r^task normalized within the task group exactly
+like A^global.
+  'full'         Local+Global, VerMem:  A^hier = λ_l A^local + λ_g A^global - λ_c c
+                 (Eq. 5)                                          `a_hier_full`
+  'no_verify'    VerMem-noVerify:       A^hier = λ_g A^task - λ_c c
+                 (task-outcome advantage plus hard constraints)   `a_hier_no_verify`
+  'plus_local'   +Local:                A^hier = λ_g A^task + λ_l A^local - λ_c c
+                 (noVerify plus the local operation advantage)    `a_hier_plus_local`
+  'plus_global'  +Global:               A^hier = λ_g A^global - λ_c c
+                 (the composite A^global replaces A^task)         `a_hier_plus_global`
+λ_g weights the trajectory-level term, A^task or A^global (decision; all λ are 1 in the
+paper). The earlier names 'local_only' (A^local - c, no trajectory term: no paper row)
+and 'global_only' are refused with a message naming these.
 
-Pure NumPy (float64), no JAX: this runs once per update on host.
+The running statistics themselves are rl/running_stats.py (`RunningStats`, re-exported
+here). Pure NumPy (float64), no JAX: this runs once per update on host.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from vermem_jax.memory import commands
+from vermem_jax.rl import running_stats as running_stats_lib
 
 # The eight decision types with separate local statistics: seven tools and ∅ (App. F.4).
 ALL_OPS = commands.ALL_OPS
 # Op recorded for unparseable text; allowed only on rejected decisions.
 INVALID_OP = commands.INVALID_OP
 
-MODES = ('full', 'no_verify', 'local_only', 'global_only')
+# Phase running statistics of r^local per type (rl/running_stats.py), re-exported.
+RunningStats = running_stats_lib.RunningStats
+_check_op = running_stats_lib.check_op
+
+MODES = ('full', 'no_verify', 'plus_local', 'plus_global')
+# Modes whose A^hier uses A^local (and so need RunningStats), and those using A^task.
+LOCAL_MODES = ('full', 'plus_local')
+TASK_MODES = ('no_verify', 'plus_local')
+# Earlier mode names, refused with a pointer to the paper's rows.
+RETIRED_MODES = {
+    'local_only': "it computed A^local - c with no trajectory term, which is no row of "
+                  "the paper; the paper's +Local is 'plus_local' (A^task + A^local - c)",
+    'global_only': "the paper's +Global is now called 'plus_global' (A^global - c)",
+}
+
+
+def check_mode(mode: str) -> None:
+  """Raises ValueError unless `mode` is one of MODES, naming them (and why an old
+  name was retired)."""
+  if mode in MODES:
+    return
+  why = f' ({RETIRED_MODES[mode]})' if mode in RETIRED_MODES else ''
+  raise ValueError(f"AdvantageConfig.mode={mode!r} is not a mode{why}; expected one of "
+                   f"{MODES}: the paper's Local+Global, VerMem-noVerify, +Local and "
+                   "+Global rows (Table 4)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +96,10 @@ class AdvantageConfig:
   """Advantage settings; defaults are SPEC §6 / paper Appendix F.4 values.
 
   Attributes:
-    mode: 'full' | 'no_verify' | 'local_only' | 'global_only' (see module docstring).
+    mode: 'full' | 'no_verify' | 'plus_local' | 'plus_global' (module docstring).
     lambda_local: λ_local of Eq. 5 (paper: 1).
-    lambda_global: λ_global of Eq. 5 (paper: 1); also weights A^task in 'no_verify'.
+    lambda_global: λ_global of Eq. 5 (paper: 1); also weights A^task in 'no_verify'
+      and 'plus_local'.
     lambda_constraint: λ_constraint of Eq. 5 (paper: 1).
     std_floor: lower bound on σ in both normalizations (Appendix F.4: 0.01).
     epsilon: ε added to the floored σ (Appendix F.4: 1e-6).
@@ -79,12 +119,11 @@ class AdvantageConfig:
   epsilon: float = 1e-6  # SPEC §6, App. F.4.
   advantage_clip: float = 5.0  # SPEC §6, App. F.4.
   local_min_count: int = 8  # SPEC §6, App. F.4.
-  running_stats_decay: float = 0.99  # SPEC §6, App. F.4.
+  running_stats_decay: float = running_stats_lib.DEFAULT_DECAY  # SPEC §6, App. F.4.
   running_stats_init_count: int = 128  # SPEC §6, App. F.4.
 
   def __post_init__(self):
-    if self.mode not in MODES:
-      raise ValueError(f"AdvantageConfig.mode must be one of {MODES}, got {self.mode!r}")
+    check_mode(self.mode)
     if not self.std_floor >= 0 or not self.epsilon >= 0:
       raise ValueError("AdvantageConfig.std_floor and epsilon must be >= 0")
     if self.std_floor + self.epsilon <= 0:
@@ -156,131 +195,6 @@ def group_advantages(rewards, group_ids, config: AdvantageConfig) -> np.ndarray:
   return out
 
 
-class RunningStats:
-  """Phase-specific per-operation running statistics of r^local (Appendix F.4).
-
-  Holds, per op type, an exponentially weighted mean and variance with decay d
-  (0.99). Lifecycle per phase: `reset()` (or `init_from`, which resets first) at phase
-  start, `init_from({op: dev scores})` with ~128 executable dev transitions per
-  enabled type, then `update(op, scores)` after each update batch (done by
-  `compute_advantages`). `to_dict`/`from_dict` give a JSON-compatible state for
-  checkpoints.
-
-  Update rule, one sample x at a time (Finch 2009, "Incremental calculation of weighted
-  mean and variance"): δ = x - μ; μ ← μ + (1-d) δ; σ² ← d (σ² + (1-d) δ²).
-  Equivalent to EMAs of the first and second moments.
-  """
-
-  def __init__(self, decay: float = AdvantageConfig.running_stats_decay):
-    if not 0.0 <= decay < 1.0:
-      raise ValueError(f"RunningStats decay must be in [0, 1), got {decay}")
-    self.decay = float(decay)
-    self._mean: dict[str, float] = {}
-    self._var: dict[str, float] = {}
-    self._count: dict[str, int] = {}
-
-  def reset(self) -> None:
-    """Forgets all statistics (call at each phase start)."""
-    self._mean.clear()
-    self._var.clear()
-    self._count.clear()
-
-  @staticmethod
-  def _check_scores(op: str, scores) -> np.ndarray:
-    _check_op(op)
-    x = np.asarray(scores, np.float64).reshape(-1)
-    if not np.all(np.isfinite(x)):
-      raise ValueError(f"running-stat scores for {op!r} must be finite, got {scores!r}")
-    return x
-
-  def init_from(self, scores_by_op: Mapping[str, Sequence[float]]) -> None:
-    """Resets, then sets each op's mean/variance from dev-transition scores.
-
-    Args:
-      scores_by_op: {op name: [n] r^local scores of executable dev transitions}, n >= 1
-        (the paper uses 128 per type enabled in the phase). Ops absent stay
-        uninitialized.
-
-    Raises:
-      ValueError: on an unknown op, an empty or non-finite score list.
-    """
-    parsed = {}
-    for op, scores in scores_by_op.items():
-      x = self._check_scores(op, scores)
-      if x.size == 0:
-        raise ValueError(f"init_from: no scores given for op {op!r}")
-      parsed[op] = x
-    self.reset()
-    for op, x in parsed.items():
-      self._mean[op] = float(x.mean())
-      self._var[op] = float(x.var())
-      self._count[op] = int(x.size)
-
-  def update(self, op: str, scores) -> None:
-    """Folds scores (in order) into op's EMA statistics; no-op if op uninitialized.
-
-    Raises:
-      ValueError: on an unknown op or non-finite scores.
-    """
-    x = self._check_scores(op, scores)
-    if op not in self._mean or x.size == 0:
-      return
-    alpha = 1.0 - self.decay
-    mean, var = self._mean[op], self._var[op]
-    for v in x:
-      delta = v - mean
-      mean += alpha * delta
-      var = self.decay * (var + alpha * delta * delta)
-    self._mean[op], self._var[op] = float(mean), float(var)
-    self._count[op] += int(x.size)
-
-  def is_initialized(self, op: str) -> bool:
-    return op in self._mean
-
-  def get(self, op: str) -> Optional[tuple[float, float]]:
-    """(mean, std) of op, or None when uninitialized."""
-    if op not in self._mean:
-      return None
-    return self._mean[op], math.sqrt(max(self._var[op], 0.0))
-
-  def count(self, op: str) -> int:
-    """Samples absorbed by op's statistics (init + updates); 0 if uninitialized."""
-    return self._count.get(op, 0)
-
-  def to_dict(self) -> dict:
-    """JSON-compatible state: {'decay': d, 'ops': {op: {'mean','var','count'}}}."""
-    return {'decay': self.decay,
-            'ops': {op: {'mean': self._mean[op], 'var': self._var[op],
-                         'count': self._count[op]} for op in sorted(self._mean)}}
-
-  @classmethod
-  def from_dict(cls, state: Mapping) -> 'RunningStats':
-    """Inverse of to_dict.
-
-    Raises:
-      ValueError: if the state is malformed (missing keys, unknown op, bad values).
-    """
-    try:
-      stats = cls(float(state['decay']))
-      for op, s in dict(state['ops']).items():
-        _check_op(op)
-        mean, var, count = float(s['mean']), float(s['var']), int(s['count'])
-        if not (math.isfinite(mean) and math.isfinite(var) and var >= 0 and count >= 1):
-          raise ValueError(f"bad statistics for {op!r}: {dict(s)!r}")
-        stats._mean[op], stats._var[op], stats._count[op] = mean, var, count
-    except (KeyError, TypeError) as e:
-      raise ValueError(f"malformed RunningStats state: {e!r}") from e
-    return stats
-
-  def __repr__(self):
-    return f"RunningStats(decay={self.decay}, ops={self.to_dict()['ops']})"
-
-
-def _check_op(op) -> None:
-  if op not in ALL_OPS:
-    raise ValueError(f"unknown operation type {op!r}; expected one of {ALL_OPS}")
-
-
 @dataclasses.dataclass(frozen=True)
 class LocalOpStats:
   """How one op type's A^local was normalized in an update (for metrics)."""
@@ -330,16 +244,54 @@ def local_advantages(ops: Sequence[str], r_local, scored, config: AdvantageConfi
   return out, info
 
 
+# ----------------------------------------------------------------- A^hier per mode
+# Each takes per-decision [N] arrays (A^local and the trajectory advantages already
+# clipped and broadcast to decisions) and returns [N] float64 A^hier.
+
+
+def a_hier_full(a_local, a_global, costs, config: AdvantageConfig) -> np.ndarray:
+  """Local+Global (full VerMem, mode 'full'): λ_l A^local + λ_g A^global - λ_c c
+  (paper Eq. 5; Table 4 row Local+Global)."""
+  return (config.lambda_local * np.asarray(a_local, np.float64)
+          + config.lambda_global * np.asarray(a_global, np.float64)
+          - config.lambda_constraint * np.asarray(costs, np.float64))
+
+
+def a_hier_no_verify(a_task, costs, config: AdvantageConfig) -> np.ndarray:
+  """VerMem-noVerify (mode 'no_verify'): λ_g A^task - λ_c c, the normalized
+  task-outcome advantage plus hard constraints (Table 4, Table 16 and App. C captions)."""
+  return (config.lambda_global * np.asarray(a_task, np.float64)
+          - config.lambda_constraint * np.asarray(costs, np.float64))
+
+
+def a_hier_plus_local(a_task, a_local, costs, config: AdvantageConfig) -> np.ndarray:
+  """+Local (mode 'plus_local'): λ_g A^task + λ_l A^local - λ_c c: noVerify plus the
+  local operation advantage (Table 4 and Table 18 captions: "+Local adds the local
+  operation advantage")."""
+  return (config.lambda_global * np.asarray(a_task, np.float64)
+          + config.lambda_local * np.asarray(a_local, np.float64)
+          - config.lambda_constraint * np.asarray(costs, np.float64))
+
+
+def a_hier_plus_global(a_global, costs, config: AdvantageConfig) -> np.ndarray:
+  """+Global (mode 'plus_global'): λ_g A^global - λ_c c: the composite global
+  advantage replaces the task-only one (Table 4 and Table 18 captions)."""
+  return (config.lambda_global * np.asarray(a_global, np.float64)
+          - config.lambda_constraint * np.asarray(costs, np.float64))
+
+
 @dataclasses.dataclass(frozen=True)
 class Advantages:
   """Output of compute_advantages. Per-decision arrays are [N], per-trajectory [M].
 
   Attributes:
-    a_hier: [N] A^hier_{t,k} by mode, the value every command token of decision t gets.
+    a_hier: [N] A^hier_{t,k} by mode (a_hier_* functions), the value every command
+      token of decision t gets.
     a_local: [N] clipped A^local (0 for rejected/unscored decisions and in modes that do
-      not use the local branch).
+      not use the local branch: 'no_verify', 'plus_global').
     a_global: [N] clipped A^global of each decision's trajectory (0 if r_global absent).
-    a_task: [N] clipped group-normalized r^task of the trajectory (0 if r_task absent).
+    a_task: [N] clipped group-normalized r^task A^task of the trajectory (0 if r_task
+      absent).
     costs: [N] constraint costs c_{t,k} as given.
     traj_a_global: [M] A^global_k.
     traj_a_task: [M] A^task_k.
@@ -372,8 +324,8 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
     accepted: [N] bool, False for commands rejected by the executor.
     costs: [N] constraint costs c_{t,k} in [0, 1].
     r_local: [N] r^local in [0, 1], NaN where the local verifier did not score.
-    r_global: [M] r^global in [0, 1]; required unless mode == 'no_verify'.
-    r_task: [M] r^task in [0, 1]; required when mode == 'no_verify'.
+    r_global: [M] r^global in [0, 1]; required by 'full' and 'plus_global'.
+    r_task: [M] r^task in [0, 1]; required by 'no_verify' and 'plus_local'.
     config: AdvantageConfig.
     running_stats: phase RunningStats; required by modes that use A^local. Mutated in
       place after use when update_running_stats (see module docstring).
@@ -420,6 +372,7 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
     raise ValueError("r_local scores must lie in [0, 1] (NaN = not scored)")
 
   mode = config.mode
+  check_mode(mode)
   def traj_adv(values, name, required):
     if values is None:
       if required:
@@ -432,10 +385,10 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
       raise ValueError(f"{name} must lie in [0, 1], got {v}")
     return group_advantages(v, g, config)
 
-  traj_a_global = traj_adv(r_global, 'r_global', mode != 'no_verify')
-  traj_a_task = traj_adv(r_task, 'r_task', mode == 'no_verify')
+  traj_a_global = traj_adv(r_global, 'r_global', mode not in TASK_MODES)
+  traj_a_task = traj_adv(r_task, 'r_task', mode in TASK_MODES)
 
-  uses_local = mode in ('full', 'local_only')
+  uses_local = mode in LOCAL_MODES
   if uses_local:
     if running_stats is None:
       raise ValueError(f"mode {mode!r} needs running_stats (RunningStats)")
@@ -445,19 +398,18 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
 
   a_global = traj_a_global[tidx]
   a_task = traj_a_task[tidx]
-  constraint = config.lambda_constraint * c
   if mode == 'full':
-    a_hier = config.lambda_local * a_local + config.lambda_global * a_global - constraint
-  elif mode == 'local_only':
-    a_hier = config.lambda_local * a_local - constraint
-  elif mode == 'global_only':
-    a_hier = config.lambda_global * a_global - constraint
+    a_hier = a_hier_full(a_local, a_global, c, config)
+  elif mode == 'plus_local':
+    a_hier = a_hier_plus_local(a_task, a_local, c, config)
+  elif mode == 'plus_global':
+    a_hier = a_hier_plus_global(a_global, c, config)
   else:  # no_verify
-    a_hier = config.lambda_global * a_task - constraint
+    a_hier = a_hier_no_verify(a_task, c, config)
 
   if uses_local and update_running_stats:
     ops_arr = np.asarray(ops, object)
-    for op in ALL_OPS:
+    for op in ALL_OPS:  # one EMA step per type from this update's moments
       sel = scored & (ops_arr == op)
       if sel.any():
         running_stats.update(op, rl[sel])
@@ -472,6 +424,7 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
       'advantage/a_hier_std': float(a_hier.std()) if n else 0.0,
       'advantage/a_local_mean': float(a_local.mean()) if n else 0.0,
       'advantage/a_global_mean': float(a_global.mean()) if n else 0.0,
+      'advantage/a_task_mean': float(a_task.mean()) if n else 0.0,
       'advantage/cost_mean': float(c.mean()) if n else 0.0,
   }
   for op, s in local_ops.items():

@@ -252,6 +252,44 @@ def micro_batches(decisions: Sequence[DecisionTokens], config: BatchingConfig, *
   return batches
 
 
+def mini_batch_partition(num_decisions: int, num_mini_batches: int,
+                         rng: np.random.Generator | None) -> list[np.ndarray]:
+  """Splits an update's decision indices into mini-batches for one PPO pass.
+
+  Args:
+    num_decisions: N >= 1.
+    num_mini_batches: requested mini-batches per pass (>= 1); more than N gives N
+      mini-batches of one decision.
+    rng: shuffles the indices first (a fresh permutation per pass); None keeps them
+      in order.
+  Returns:
+    min(num_mini_batches, N) non-empty int64 index arrays whose sizes differ by at most
+    one, together a permutation of range(N).
+  Raises:
+    ValueError: num_decisions < 1 or num_mini_batches < 1.
+  """
+  if num_decisions < 1 or num_mini_batches < 1:
+    raise ValueError(f'need num_decisions >= 1 and num_mini_batches >= 1, got '
+                     f'{num_decisions} and {num_mini_batches}')
+  order = (rng.permutation(num_decisions) if rng is not None
+           else np.arange(num_decisions))
+  return [np.asarray(p, np.int64)
+          for p in np.array_split(order, min(num_mini_batches, num_decisions))]
+
+
+def values_by_decision(batch: Mapping[str, np.ndarray],
+                       values_l: np.ndarray) -> dict[int, np.ndarray]:
+  """{command id: [L_d] values} from a [B, L] array aligned with `batch`'s command
+  tokens (e.g. learner log-probs of `to_step_batch(batch)`); padding rows are skipped."""
+  values_l = np.asarray(values_l)
+  out = {}
+  for row in range(values_l.shape[0]):
+    mask = batch['command_mask'][row] > 0
+    if mask.any():
+      out[int(batch['command_ids_l'][row][mask][0])] = values_l[row][mask]
+  return out
+
+
 def to_step_batch(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
   """The model-step layout of vermem_jax.rl.grpo (`STEP_BATCH_KEYS` + positions).
 

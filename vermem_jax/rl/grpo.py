@@ -214,9 +214,11 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
   Returns:
     (loss_sum, num_decisions, metrics): loss_sum = Σ_decisions (1/L) Σ_j -ℓ_j (float32
     scalar), num_decisions (float32 scalar) the number of trained decisions in the
-    batch, metrics {name: (value, count)} with clip_fraction, kl, ratio, ratio_min,
-    ratio_max, entropy, logprob_gap (learner minus old/sampler log-prob), logprob_abs_gap,
-    advantage (token-level) and policy_loss, kl_loss (decision-level). Divide loss_sum
+    batch, metrics {name: (value, count)} with clip_fraction (ρ outside [1-ε, 1+ε]),
+    clip_active_fraction (the clipped term is the min: ρ > 1+ε with A > 0 or ρ < 1-ε
+    with A < 0), approx_kl ((ρ-1) - log ρ, KL(π_θold || π_θ) estimate), kl, ratio,
+    ratio_min, ratio_max, entropy, logprob_gap (learner minus old/sampler log-prob),
+    logprob_abs_gap, advantage (token-level) and policy_loss, kl_loss (decision-level). Divide loss_sum
     and its gradient by the update's total num_decisions.
 
   Raises:
@@ -264,9 +266,18 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
   loss_sum, num_decisions = _decision_reduce(token_loss, command_ids)
 
   outside = (ratio < 1.0 - clip_epsilon) | (ratio > 1.0 + clip_epsilon)
+  # The clip acts (the min picks the clipped, constant term: no gradient through ρ)
+  # where ρ left the range in the direction the advantage favours.
+  clip_active = (((ratio > 1.0 + clip_epsilon) & (adv > 0))
+                 | ((ratio < 1.0 - clip_epsilon) & (adv < 0)))
+  # k3 estimate of KL(π_θold || π_θ) on the sampled token: (ρ - 1) - log ρ (PPO's
+  # approx-KL diagnostic; 0 while θ = θ_old).
+  approx_kl = (ratio - 1.0) - log_ratio
   ratio_min, ratio_max = _masked_min_max(ratio, mask)
   metrics = {
       'clip_fraction': _masked_sum_count(outside.astype(jnp.float32), mask),
+      'clip_active_fraction': _masked_sum_count(clip_active.astype(jnp.float32), mask),
+      'approx_kl': _masked_sum_count(approx_kl, mask),
       'kl': _masked_sum_count(kl, mask),
       'ratio': _masked_sum_count(ratio, mask),
       'ratio_min': ratio_min,

@@ -40,12 +40,19 @@ class RewardConfig:
 
   Attributes:
     delta: completion threshold δ of the efficiency gate in Eq. 15 (paper: 0.5).
+    unscored_global_value: v^coh and v^state of a trajectory the global verifier
+      returned no score for (fallback 'skip'); decision: the midpoint 0.5 of the
+      [0, 1] scale, so a missing score neither rewards nor punishes the trajectory
+      relative to an average one (counted in metrics as rollout/global_unscored).
   """
   delta: float = 0.5  # SPEC §5 / paper Eq. 15, Appendix F.3.
+  unscored_global_value: float = 0.5  # decision (docstring)
 
   def __post_init__(self):
-    if not 0.0 <= self.delta <= 1.0:
-      raise ValueError(f"RewardConfig.delta must be in [0, 1], got {self.delta}")
+    for name in ('delta', 'unscored_global_value'):
+      if not 0.0 <= getattr(self, name) <= 1.0:
+        raise ValueError(f"RewardConfig.{name} must be in [0, 1], got "
+                         f"{getattr(self, name)}")
 
 
 def _unit_interval(x, name: str) -> np.ndarray:

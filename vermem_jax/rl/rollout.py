@@ -14,7 +14,8 @@ One update (`collect_update`):
      decision.
   3. Verifiers: ONE `score_local` call over every decision of the update (rejected
      commands are not scored: r^local None, A^local 0) and ONE `score_global` call over
-     all trajectories. The global input carries the reference answer and annotated
+     all trajectories. The global input carries the decisions with their outcomes, the
+     budgeted terminal history, and the reference answer and annotated
      supporting facts (training only, App. F.1/F.3; `global_labels=False` drops them);
      the local input never does.
   4. Rewards per task group (rl.rewards, Eq. 12-18): r^task (mean of EM and F1, 0
@@ -27,8 +28,13 @@ One update (`collect_update`):
      A^local per op type with the phase RunningStats (consulted before, then updated
      with this batch, per that module's documented rule), A^hier per decision.
 
-A missing global score (verifier fallback 'skip') counts as the midpoint 0.5 for v^coh
-and v^state (decision; counted in `metrics['rollout/global_unscored']`).
+A missing global score (verifier fallback 'skip') counts as
+`reward.unscored_global_value` (decision: the midpoint 0.5) for v^coh and v^state,
+counted in `metrics['rollout/global_unscored']`. The online cost counts executed
+non-null tool calls (EpisodeResult.tool_calls); rejected commands are not calls (their
+cost c_{t,k} is in P_aux) and are reported as `rollout/rejected_tool_calls`. The global
+verifier reads every decision of the trajectory (∅ included) with its outcome and the
+terminal history within `verifier.global_history_tokens` (adapters.global_input).
 
 Determinism: the update's key `rng` (e.g. `task_selection.update_rng(seed, update)`)
 is folded with the index of each policy call (`task_selection.BoundPolicy`), so the
@@ -60,10 +66,6 @@ from vermem_jax.rl import rollout_records
 from vermem_jax.rl import task_selection
 from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import base as vbase
-
-# v^coh / v^state used when the global verifier returned no score (fallback 'skip').
-UNSCORED_GLOBAL_VALUE = 0.5
-
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
@@ -141,7 +143,8 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
                    advantage_config: adv.AdvantageConfig = adv.AdvantageConfig(),
                    reward_config: rw.RewardConfig = rw.RewardConfig(),
                    phase: str = '', update: int = 0, global_labels: bool = True,
-                   update_running_stats: bool = True
+                   update_running_stats: bool = True,
+                   global_history_tokens: Optional[int] = None,
                    ) -> rollout_records.RolloutResult:
   """Collects T tasks x K rollouts, scores them and computes A^hier (module docstring).
 
@@ -165,6 +168,8 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
     global_labels: give the global verifier the reference answer and supporting facts
       (training, App. F.1/F.3).
     update_running_stats: fold this batch into running_stats (False for diagnostics).
+    global_history_tokens: token budget of the terminal history in the global input;
+      None = the verifier config's `global_history_tokens` (unbounded without one).
 
   Returns:
     rollout_records.RolloutResult.
@@ -227,15 +232,17 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
 
   # ---- global verifier: one batched call over all trajectories.
   t0 = time.perf_counter()
+  if global_history_tokens is None:
+    global_history_tokens = getattr(getattr(verifier, 'config', None),
+                                    'global_history_tokens', None)
   global_inputs = []
   for res in results:
     ex = res.spec.example
-    if global_labels:
-      global_inputs.append(adapters.global_input(
-          res.final_state, res.final_answer, reference_answer=ex.answer,
-          supporting_facts=supporting_fact_views(ex)))
-    else:
-      global_inputs.append(adapters.global_input(res.final_state, res.final_answer))
+    labels = (dict(reference_answer=ex.answer, supporting_facts=supporting_fact_views(ex))
+              if global_labels else {})
+    global_inputs.append(adapters.global_input(
+        res.final_state, res.final_answer, decisions=res.decisions,
+        history_token_budget=global_history_tokens, **labels))
   global_scores = verifier.score_global(global_inputs)
   timings['verifier_global'] = time.perf_counter() - t0
 
@@ -252,9 +259,10 @@ def collect_update(tasks: Sequence[environment.EpisodeSpec],
                              hotpotqa.supporting_unit_ids(res.spec.example))
                     for res in results], np.float64)
   unscored_global = sum(1 for g in global_scores if g is None)
-  v_coh = np.array([g.v_coh if g is not None else UNSCORED_GLOBAL_VALUE
+  unscored = reward_config.unscored_global_value
+  v_coh = np.array([g.v_coh if g is not None else unscored
                     for g in global_scores], np.float64)
-  v_state = np.array([g.v_state if g is not None else UNSCORED_GLOBAL_VALUE
+  v_state = np.array([g.v_state if g is not None else unscored
                       for g in global_scores], np.float64)
   tokens = np.array([res.online_tokens for res in results], np.float64)
   steps = np.array([res.task_steps for res in results], np.float64)
@@ -343,6 +351,9 @@ def _metrics(decisions, trajectories, advantages, timings, policy_calls,
       'rollout/mean_cost': sum(d.cost for d in decisions) / n,
       'rollout/mean_command_tokens': sum(d.command_tokens for d in decisions) / n,
       'rollout/global_unscored': float(unscored_global),
+      # Non-null commands the executor rejected: not tool calls of the online cost.
+      'rollout/rejected_tool_calls': float(sum(t.result.rejected_tool_calls
+                                               for t in trajectories)),
   }
   for name in ('r_task', 'r_sup', 'r_evid', 'r_state', 'r_eff', 'r_global',
                'r_local_return', 'p_aux', 'm_all', 'm_ans'):

@@ -29,7 +29,7 @@ def dev_inputs_from_sft_records(records: Iterable[Any], *,
                                 count_tokens: Callable[[str], int],
                                 executor_config: mexec.ExecutorConfig
                                 ) -> list[vbase.LocalVerifierInput]:
-  """Executable dev transitions from SFT dev records (`envs.sft_data.SFTRecord`).
+  """Executable dev transitions from SFT dev records (`envs.sft_data.records.SFTRecord`).
 
   Each record's target command is executed on its state with `executor_config` in the
   record's phase subspace; rejected ones are skipped.
@@ -49,7 +49,7 @@ def dev_inputs_from_episodes(specs: Iterable[Any], *,
                              executor_config: mexec.ExecutorConfig
                              ) -> list[vbase.LocalVerifierInput]:
   """Executable dev transitions: each dev episode's `reference_command` on its s_0
-  (envs.scenarios.ScenarioSpec); specs without one or with a rejected one are skipped."""
+  (envs.scenarios.spec.ScenarioSpec); specs without one or with a rejected one are skipped."""
   out = []
   for spec in specs:
     command = getattr(spec, 'reference_command', '')

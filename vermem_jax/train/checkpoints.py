@@ -9,12 +9,13 @@ directories `<step>/` with three items:
   state has them;
 - `meta`   — JSON: `step`, `running_stats` (the phase's running local statistics, a dict),
   `data_position` (data-iterator position, any JSON value), `metadata` (free JSON),
-  `selection_metrics` (SFT dev metrics used to pick the best checkpoint), `rng_impl`.
+  `selection_metrics` (the metrics that pick the best checkpoint), `rng_impl`.
 
 A checkpoint's step is the number of completed updates (RL) or optimizer steps (SFT), so
 resuming from step s continues with update s + 1.
 
 Guarantees:
+- `save` refuses parameters holding NaN or Inf (CheckpointError, nothing written).
 - `save` returns only after the checkpoint is committed (`wait_until_finished`). Orbax
   writes a step into a temporary directory and renames it when complete, so a process
   killed mid-save leaves only a `<step>.orbax-checkpoint-tmp-*` folder, which is not a
@@ -25,8 +26,9 @@ Guarantees:
   moved to `<phase_dir>/unrestorable/<step>-<UTC time>/` (logged) so Orbax can write the
   step again. If no checkpoint is restorable, `CheckpointError` lists every error.
 - Retention: the newest `max_to_keep` steps, plus the best step by `selection_metrics`
-  (SFT: dev tool accuracy, ties broken by a lower invalid rate, SPEC §4; a full tie on
-  both goes to the later step).
+  (SFT: dev tool accuracy, ties broken by a lower invalid rate, SPEC §4, a full tie on
+  both going to the later step; RL phases: the internal-dev score, ties to the later
+  step, paper C.8).
 
 Silent bit flips inside array files are not detected (no checksums); truncated, missing
 or unparsable files are. Moving unrestorable steps aside and the phase-complete marker
@@ -49,6 +51,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
+
+from vermem_jax.train import nonfinite
 
 PyTree = Any
 _ITEMS = ('params', 'train', 'meta')
@@ -103,6 +107,33 @@ def sft_selection_key(metrics: Mapping[str, float]) -> tuple[float, float]:
     if name not in metrics:
       raise KeyError(f'selection metrics need {name!r}; got {sorted(metrics)}')
   return (float(metrics['tool_accuracy']), -float(metrics['invalid_rate']))
+
+
+# Selection metrics of an RL phase (SPEC §7, paper C.8): the internal-dev score and the
+# checkpoint's step (ties go to the later step).
+RL_SELECTION_SCORE = 'dev_score'
+RL_SELECTION_STEP = 'step'
+
+
+def rl_selection_key(metrics: Mapping[str, float]) -> tuple[float, int]:
+  """RL checkpoint ranking (paper C.8): higher internal-dev score, ties to the later
+  step. `metrics`: {'dev_score': float, 'step': int}.
+
+  Raises:
+    KeyError: naming a missing metric.
+  """
+  for name in (RL_SELECTION_SCORE, RL_SELECTION_STEP):
+    if name not in metrics:
+      raise KeyError(f'RL selection metrics need {name!r}; got {sorted(metrics)}')
+  return (float(metrics[RL_SELECTION_SCORE]), int(metrics[RL_SELECTION_STEP]))
+
+
+def selection_key(metrics: Mapping[str, float]) -> tuple[float, float]:
+  """The ranking of a phase's `selection_metrics`: `rl_selection_key` for RL phases
+  (they record 'dev_score'), `sft_selection_key` otherwise. Larger is better."""
+  if RL_SELECTION_SCORE in metrics:
+    return rl_selection_key(metrics)
+  return sft_selection_key(metrics)
 
 
 def _to_json(value: Any, where: str) -> Any:
@@ -192,11 +223,13 @@ class PhaseCheckpointManager:
     directory: the phase directory (created if missing).
     max_to_keep: newest checkpoints kept (config `checkpoint.max_to_keep`); the best one
       by `selection_metrics` is kept in addition.
-    best_key: ranks `selection_metrics` (larger is better); default `sft_selection_key`.
+    best_key: ranks `selection_metrics` (larger is better); default `selection_key`
+      (SFT: dev tool accuracy then invalid rate; RL: internal-dev score, ties to the
+      later step).
   """
 
   def __init__(self, directory: str | os.PathLike, *, max_to_keep: int = 3,
-               best_key: Callable[[Mapping[str, float]], Any] = sft_selection_key):
+               best_key: Callable[[Mapping[str, float]], Any] = selection_key):
     if max_to_keep < 1:
       raise ValueError(f'max_to_keep must be >= 1, got {max_to_keep}')
     self.directory = str(pathlib.Path(directory).expanduser().resolve())
@@ -262,12 +295,18 @@ class PhaseCheckpointManager:
     Args:
       state: what to save; `running_stats`, `data_position`, `metadata` must be JSON
         values (NumPy/JAX scalars and arrays are converted).
-      selection_metrics: SFT dev metrics for best-checkpoint selection (SPEC §4).
+      selection_metrics: metrics for best-checkpoint selection (`selection_key`: SFT
+        dev metrics, SPEC §4; RL {'dev_score', 'step'}, paper C.8).
     Raises:
-      CheckpointError: the step is not newer than a restorable saved step, or a value is
-        not JSON-serializable, or Orbax refused the save.
+      CheckpointError: the parameters hold NaN/Inf (nothing is written), the step is
+        not newer than a restorable saved step, or a value is not JSON-serializable,
+        or Orbax refused the save.
     """
     step = int(state.step)
+    if not bool(nonfinite.tree_all_finite(state.params)):
+      raise CheckpointError(
+          f'refusing to save step {step} in {self.directory}: the parameters hold NaN '
+          'or Inf values (the checkpoints already there are unchanged)')
     self._quarantine_from(step)
     latest = self.latest_step()
     if latest is not None and step <= latest:
@@ -429,8 +468,9 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
     directory: the previous phase's directory (e.g. `workdir/sft` for Phase A).
     params_template: pytree of arrays or jax.ShapeDtypeStruct (shapes, dtypes,
       shardings); None returns the stored arrays as nested dicts.
-    prefer_best: take the best step by selection metrics (SFT) when there is one, else
-      the newest; unrestorable steps fall back with a logged warning.
+    prefer_best: take the best step by selection metrics (SFT's dev tool accuracy, an
+      RL phase's internal-dev score) when there is one, else the newest; unrestorable
+      steps fall back with a logged warning.
   Returns:
     (params, step).
   Raises:

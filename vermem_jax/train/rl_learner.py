@@ -1,33 +1,54 @@
 """The GRPO learner of an RL phase: optimizer and the jitted update over one update's
-decisions (SPEC §6, Eq. 11; paper App. F.6).
+decisions (SPEC §6, Eq. 10-11; paper App. F.6).
 
-Optimizer (SPEC §6). clip_by_global_norm(rl.max_grad_norm = 1.0) -> optax AdamW at the
-constant rate rl.learning_rate (1e-6; the paper names no schedule), weight decay
-rl.weight_decay (not applied to 1-D parameters, as in SFT), no entropy bonus
-(rl.entropy_coef must be 0; the loss has no entropy term).
+Optimizer (SPEC §6; `train/rl_optimizer.py`, `train/optim.py`). clip_by_global_norm(rl.max_grad_norm = 1.0) ->
+AdamW(rl.adam_b1, rl.adam_b2, rl.adam_eps) at rl.learning_rate (1e-6) under
+rl.lr_schedule (default constant: the paper names no schedule), weight decay
+rl.weight_decay (not on 1-D parameters), no entropy bonus (rl.entropy_coef must be 0).
 
-One learner step per update (`learner_update`): every decision (∅ and rejected
-commands included) becomes one row of the padded micro-batches
-(`batching.micro_batches`; command-token weights already divided by the update's N
-decisions). `grpo_step` (grpo.command_logits + grpo.grpo_loss_from_logits, jitted; the
-computation of grpo.grpo_loss_and_grads) returns loss and gradient SUMS per
-micro-batch; they are accumulated and divided once by N, then one optimizer step is
-applied (`apply_update`; SPEC §6: per-command token mean, then mean over all decisions
-of the update).
+PPO passes (`learner_update`; SPEC §6 GRPO passes, a decision: the paper gives no
+value). θ_old and the advantages are fixed by the rollout pass; then
+rl.num_iterations = μ passes over the update's N decisions, each pass split into
+rl.mini_batches_per_iteration = M shuffled mini-batches (a fresh permutation per pass,
+seeded by (seed, update, pass); M = 1 keeps the decisions in order) and ONE optimizer
+step per mini-batch: μ·M steps per update. A mini-batch's decisions become padded
+micro-batches (`batching.micro_batches`, command-token weights divided by that
+mini-batch's N_b decisions); `grpo_step` returns loss and gradient SUMS per
+micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
+deferred normalization holds per mini-batch (SPEC §6: per-command token mean, then mean
+over the mini-batch's decisions; M = 1: over all decisions of the update). With μ = M = 1
+this is the single step per update of one-iteration GRPO; with μ > 1 or M > 1 the ratio
+ρ = π_θ / π_θold moves away from 1 after the first step and the ε-clip acts.
 
-θ_old's log-probabilities. With exactly one optimizer step per update, the parameters
-that sampled the update are θ_old exactly. The sampler records each command token's
+θ_old's log-probabilities (`rl.old_logprobs`). The sampler records each command token's
 log-probability under the distribution it was DRAWN from: logits / T restricted to the
 top-p nucleus and renormalized (models/sampling.py), which exceeds log π_θold(y | h) at
-temperature T (the policy the loss evaluates) by the log of the nucleus mass (≈ log
-0.95 for a flat tiny model). The default (`rl.old_logprobs = 'learner'`, read with a
-default since the config field is optional) therefore takes log π_θold at temperature T
-from the learner's own forward pass under stop_gradient (`grpo_step`): θ = θ_old at the
-single step, so ρ = 1 exactly and ∇ρ = ∇ log π_θ, as in GRPO with one policy iteration,
-at no extra forward pass. The sampler's values are kept as a diagnostic
-(`train/sampler_logprob_gap`, learner minus sampler per command token: ≈ 0 up to the
-nucleus renormalization and KV-cache vs full-sequence rounding). `rl.old_logprobs =
-'sampler'` uses the sampler's numbers in the ratio instead.
+temperature T by the log of the nucleus mass (≈ log 0.95 for a flat tiny model).
+'learner' (default) therefore takes log π_θold at the loss temperature from the
+learner: the first optimizer step of an update runs at θ = θ_old, so its own forward
+gives them under stop_gradient (ρ = 1, ∇ρ = ∇ log π_θ, no extra pass), and the
+decisions outside that first mini-batch (M > 1) get theirs from one forward-only pass
+at θ_old before the first step; all later steps reuse these fixed values. The
+sampler's values are kept as a diagnostic (`train/sampler_logprob_gap`, learner θ_old
+minus sampler per command token). 'sampler' uses the sampler's numbers in the ratio.
+
+Loss temperature and top-p (decision). The ratio, π_ref and the KL are evaluated on
+softmax(logits / rl.loss_temperature) over the whole vocabulary; loss_temperature
+defaults to the sampling temperature (0.7), as TRL and Tunix evaluate the policy at
+the temperature they sample with. Top-p (0.95) stays a sampling device and is not
+applied in the loss: π_θ in Eq. 10 is the policy itself, and a nucleus-truncated π_θ
+would give tokens outside the nucleus log-probability -∞ (an undefined ratio and KL
+once θ moves) and a loss that is not differentiable at the nucleus boundary. The cost is
+the per-token offset log(nucleus mass) between sampler and learner, reported above.
+
+Non-finite steps (SPEC §6; `train/nonfinite.py`). A mini-batch whose loss or gradient
+holds NaN/Inf is not applied (parameters and optimizer state stay unchanged); it
+counts in `train/skipped_steps` and is booked on the caller's `SkipCounter`, which
+stops the run after rl.max_consecutive_skips skips in a row, naming the update.
+
+Metrics: 'train/*' combine every optimizer step of the update; 'train/pass{p}/*'
+(p = 1..μ) give clip_fraction, clip_active_fraction, ratio_min, ratio_max, kl,
+approx_kl, loss and grad_norm of pass p alone.
 
 Devices (`train/setup.py`). θ, π_ref and the AdamW state are placed on the
 ('data', 'fsdp', 'tensor') mesh by the caller; learner micro-batch rows are split over
@@ -45,21 +66,20 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
+from vermem_jax.train import nonfinite
+from vermem_jax.train import rl_optimizer
 from vermem_jax.train import setup as setup_lib
 
 # Sources of θ_old's log-probabilities (module docstring).
 OLD_LOGPROBS_SOURCES = ('learner', 'sampler')
 DEFAULT_OLD_LOGPROBS = 'learner'
-# AdamW moments/epsilon: the PyTorch / HF defaults, as in SFT (SPEC §6 names AdamW only
-# through the SFT recipe; the paper gives no RL optimizer details beyond lr and clip).
-ADAM_B1 = 0.9
-ADAM_B2 = 0.999
-ADAM_EPS = 1e-8
+# Metrics reported per PPO pass as 'train/pass{p}/<name>'.
+PASS_METRICS = ('clip_fraction', 'clip_active_fraction', 'ratio_min', 'ratio_max', 'kl',
+                'approx_kl')
 
 
 def learner_batching_config(bcfg: batching.BatchingConfig, *, policy_input_limit: int,
@@ -83,62 +103,13 @@ def learner_batching_config(bcfg: batching.BatchingConfig, *, policy_input_limit
   return dataclasses.replace(bcfg, length_buckets=tuple(bcfg.length_buckets) + (need,))
 
 
-# ----------------------------------------------------------------------------- optimizer
-@dataclasses.dataclass(frozen=True)
-class RLOptimizerConfig:
-  """RL optimizer (config section `rl`; SPEC §6). Hashable: a static jit argument.
-
-  Attributes:
-    learning_rate: constant AdamW rate (SPEC §6: 1e-6).
-    max_grad_norm: global-norm clip (SPEC §6: 1.0).
-    weight_decay: AdamW decoupled weight decay, not on 1-D params (SPEC gives none: 0).
-  """
-  learning_rate: float = 1e-6
-  max_grad_norm: float = 1.0
-  weight_decay: float = 0.0
-
-  def __post_init__(self):
-    if not self.learning_rate > 0:
-      raise ValueError(f'rl.learning_rate must be > 0, got {self.learning_rate}')
-    if not self.max_grad_norm > 0:
-      raise ValueError(f'rl.max_grad_norm must be > 0, got {self.max_grad_norm}')
-    if self.weight_decay < 0:
-      raise ValueError(f'rl.weight_decay must be >= 0, got {self.weight_decay}')
-
-
-def make_optimizer(opt: RLOptimizerConfig) -> optax.GradientTransformation:
-  """clip_by_global_norm(max_grad_norm) -> AdamW(learning_rate) (SPEC §6)."""
-  return optax.chain(
-      optax.clip_by_global_norm(opt.max_grad_norm),
-      optax.adamw(opt.learning_rate, b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS,
-                  weight_decay=opt.weight_decay,
-                  mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)))
-
-
-
-
-@jax.jit
-def _add_grads(acc: Any, grads: Any) -> Any:
-  return jax.tree.map(lambda a, g: a + g.astype(a.dtype), acc, grads)
-
-
-@functools.partial(jax.jit, static_argnames=('opt',))
-def apply_update(params: Any, opt_state: Any, grad_sum: Any, num_decisions: jax.Array,
-                 *, opt: RLOptimizerConfig) -> tuple[Any, Any, jax.Array]:
-  """One optimizer step from the update's summed gradient (jitted; divides once).
-
-  Args:
-    params, opt_state: θ and the `make_optimizer(opt)` state.
-    grad_sum: Σ over micro-batches of ∂(Σ_decisions per-command token-mean loss)/∂θ
-      (float32 tree shaped like params).
-    num_decisions: N, decisions in the update (float32 scalar, >= 1).
-  Returns:
-    (new params, new opt_state, global norm of the mean gradient before clipping).
-  """
-  grads = jax.tree.map(lambda g, p: (g / num_decisions).astype(p.dtype), grad_sum,
-                       params)
-  updates, new_opt_state = make_optimizer(opt).update(grads, opt_state, params)
-  return optax.apply_updates(params, updates), new_opt_state, optax.global_norm(grads)
+# The optimizer side (train/rl_optimizer.py), re-exported for the trainers and tests.
+RLOptimizerConfig = rl_optimizer.RLOptimizerConfig
+PPOConfig = rl_optimizer.PPOConfig
+make_optimizer = rl_optimizer.make_optimizer
+optimizer_config_from = rl_optimizer.optimizer_config_from
+apply_update = rl_optimizer.apply_update
+_add_grads = rl_optimizer.add_grads
 
 
 def _combine_metrics(parts: Sequence[Mapping[str, tuple]]) -> dict[str, float]:
@@ -163,42 +134,52 @@ def _combine_metrics(parts: Sequence[Mapping[str, tuple]]) -> dict[str, float]:
 
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
-  """Static loss settings (config section `rl` + sampling temperature; SPEC §6)."""
+  """Static loss settings (config section `rl`; SPEC §6)."""
   clip_epsilon: float = 0.2  # SPEC §6 ε_clip
   kl_beta: float = 0.1  # SPEC §6 β_KL
   kl_estimator: str = 'exact'
-  temperature: float = 0.7  # SPEC §4 rollout temperature (ratios at the same T)
+  # rl.loss_temperature: ratios, π_ref and KL at this T (default: the sampling
+  # temperature, SPEC §4 0.7; module docstring).
+  temperature: float = 0.7
   old_logprobs: str = DEFAULT_OLD_LOGPROBS
+  # rl.max_log_ratio: clamp of log ρ before exp (decision: only guards overflow).
+  max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO
 
   def __post_init__(self):
     if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
       raise ValueError(f'rl.old_logprobs must be one of {OLD_LOGPROBS_SOURCES}, got '
                        f'{self.old_logprobs!r}')
+    if not self.temperature > 0:
+      raise ValueError(f'rl.loss_temperature must be > 0, got {self.temperature}')
+    if not self.max_log_ratio > 0:
+      raise ValueError(f'rl.max_log_ratio must be > 0, got {self.max_log_ratio}')
 
 
 @functools.partial(jax.jit, static_argnames=(
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'old_from_learner'))
+    'old_from_learner', 'max_log_ratio'))
 def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
               model_config: qwen.QwenConfig, clip_epsilon: float, kl_beta: float,
-              kl_estimator: str, temperature: float, old_from_learner: bool):
+              kl_estimator: str, temperature: float, old_from_learner: bool,
+              max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO):
   """Summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
 
   Same computation as `grpo.grpo_loss_and_grads` (policy and reference logits at the
   command positions only, `grpo.grpo_loss_from_logits`), plus the learner's own
-  log π_θ(y_j | h_j) at `temperature`. With `old_from_learner`, θ_old's log-probs are
-  those values under stop_gradient: θ = θ_old at the update's single optimizer step, so
+  log π_θ(y_j | h_j) at `temperature`. With `old_from_learner` (only at θ = θ_old,
+  the update's first step), θ_old's log-probs are those values under stop_gradient:
   ρ = exp(log π_θ − sg(log π_θ)) = 1 and ∇ρ = ∇ log π_θ, without a second forward pass
-  (module docstring). Otherwise batch['old_logprobs'] (the sampler's) is used.
+  (module docstring). Otherwise batch['old_logprobs'] is used.
 
   Args:
     params, ref_params: θ and θ_ref parameter trees.
     batch: `batching.to_step_batch` arrays ([B, T] model inputs, [B, L] loss layout).
-    model_config, clip_epsilon, kl_beta, kl_estimator, temperature: static settings.
+    model_config, clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio:
+      static settings.
     old_from_learner: see above.
   Returns:
     ((loss_sum, num_decisions, metrics, learner_logprobs [B, L] float32 (0 on
-    padding)), grads of loss_sum) — sums, not yet divided by the update's N.
+    padding)), grads of loss_sum) — sums, not yet divided by the mini-batch's N_b.
   """
   ref_logits = None
   if kl_beta != 0:
@@ -214,7 +195,8 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
     loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
     loss_sum, num, metrics = grpo.grpo_loss_from_logits(
         logits, ref_logits, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, temperature=temperature)
+        kl_estimator=kl_estimator, temperature=temperature,
+        max_log_ratio=max_log_ratio)
     return loss_sum, (num, metrics, logp)
 
   (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
@@ -222,88 +204,189 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
   return (loss_sum, num, metrics, logp), grads
 
 
+@dataclasses.dataclass
+class _Step:
+  """One optimizer step of learner_update (host-side record)."""
+  loss: float
+  grad_norm: float
+  finite: bool
+  parts: list
+  logprobs: list  # learner log π_θ per decision of the mini-batch ([L_d] arrays)
+  num_micro_batches: int
+  shapes: set
+  seconds: tuple  # (batching, loss + gradient, optimizer)
+
+
+def _mini_batch_step(params, ref_params, opt_state, subset, *, old_from_learner, kw,
+                     batching_config, opt, pad_id, mesh):
+  """Loss and gradient sums over `subset`'s micro-batches, then one guarded step."""
+  t0 = time.perf_counter()
+  mbs = batching.micro_batches(subset, batching_config, pad_id=pad_id)
+  t_batch = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  grad_sum = setup_lib.zeros_like_params(params)
+  loss_sum, parts, lps = 0.0, [], [None] * len(subset)
+  for mb in mbs:
+    step_batch = batching.to_step_batch(mb)
+    with setup_lib.mesh_context(mesh):
+      (l, _, m, learner_lp), grads = grpo_step(
+          params, ref_params, setup_lib.place_batch(step_batch, mesh),
+          old_from_learner=old_from_learner, **kw)
+      grad_sum = _add_grads(grad_sum, grads)
+    loss_sum += float(l)
+    parts.append(m)
+    for cid, v in batching.values_by_decision(mb, np.asarray(learner_lp)).items():
+      lps[cid - 1] = v
+  t_grad = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  n = len(subset)
+  grad_norm = float('nan')
+  with setup_lib.mesh_context(mesh):
+    finite = nonfinite.is_finite(loss_sum, grad_sum)
+    if finite:  # else: skipped, θ and the optimizer state stay as they are
+      params, opt_state, grad_norm = apply_update(
+          params, opt_state, grad_sum, jnp.asarray(float(n), jnp.float32), opt=opt)
+      grad_norm = float(grad_norm)  # waits for the step
+  step = _Step(loss_sum / n, grad_norm, finite, parts, lps, len(mbs),
+               batching.batch_shapes(mbs), (t_batch, t_grad, time.perf_counter() - t0))
+  return params, opt_state, step
+
+
+def theta_old_logprobs(params, decisions, *, model_config, batching_config,
+                       temperature, pad_id, mesh=None) -> list[np.ndarray]:
+  """log π_θ(y_j | h_j) at `temperature` of every command token of `decisions` (one
+  forward pass, no gradient): [L_d] float32 per decision, in order."""
+  out = [None] * len(decisions)
+  for mb in batching.micro_batches(decisions, batching_config, pad_id=pad_id):
+    step_batch = batching.to_step_batch(mb)
+    with setup_lib.mesh_context(mesh):
+      lp = grpo.policy_logprobs(params, setup_lib.place_batch(step_batch, mesh),
+                                model_config=model_config, temperature=temperature)
+    for cid, v in batching.values_by_decision(mb, np.asarray(lp)).items():
+      out[cid - 1] = v
+  return out
+
+
 def learner_update(params: Any, ref_params: Any, opt_state: Any,
                    decisions: Sequence[batching.DecisionTokens], *,
                    model_config: qwen.QwenConfig, batching_config: batching.BatchingConfig,
                    loss: LossConfig, opt: RLOptimizerConfig, pad_id: int,
-                   mesh: jax.sharding.Mesh | None = None
-                   ) -> tuple[Any, Any, dict[str, float]]:
-  """One GRPO optimizer step over all decisions of an update (SPEC §6, Eq. 11).
+                   mesh: jax.sharding.Mesh | None = None, ppo: PPOConfig = PPOConfig(),
+                   shuffle_seed: Sequence[int] = (0,),
+                   skip_counter: nonfinite.SkipCounter | None = None,
+                   label: str = 'update') -> tuple[Any, Any, dict[str, float]]:
+  """The optimizer steps of one update: μ passes x M mini-batches (module docstring).
 
   Args:
     params: θ = θ_old (frozen copy not needed: arrays are immutable).
     ref_params: θ_ref (the previous phase's parameters).
     opt_state: optimizer state.
     decisions: the update's N decisions (prompt ids [T_in], command ids [L], sampler
-      logprobs [L], A^hier), ∅ and rejected commands included.
+      logprobs [L], A^hier fixed by the rollout pass), ∅ and rejected commands included.
     model_config: policy QwenConfig.
     batching_config: learner shapes.
-    loss: ε, β, KL estimator, temperature, θ_old log-prob source.
+    loss: ε, β, KL estimator, loss temperature, θ_old log-prob source, log-ratio clamp.
     opt: optimizer settings.
     pad_id: padding token id.
     mesh: the training mesh (`setup.make_mesh_from`; params, ref_params and opt_state
       already placed on it): micro-batch rows are split over ('data', 'fsdp'), the
       model's activation constraints apply, gradient sums are sharded like the params.
       None = single-device behaviour (arrays as placed).
+    ppo: μ and M.
+    shuffle_seed: ints seeding the mini-batch permutations (e.g. (seed, update)); pass
+      p uses NumPy's default_rng([*shuffle_seed, p]).
+    skip_counter: books every step's finiteness and raises NonFiniteError after too
+      many skips in a row; None = skip and count only.
+    label: names the update in that error (e.g. 'phase_b update 12').
   Returns:
-    (new params, new opt_state, metrics): 'train/loss' (= Σ/N of each command's
-    token-mean −ℓ), 'train/policy_loss', 'train/kl_loss', 'train/kl', 'train/
-    clip_fraction', 'train/ratio', 'train/ratio_min', 'train/ratio_max',
+    (new params, new opt_state, metrics): 'train/loss' (mean over the steps of Σ/N_b
+    of each command's token-mean −ℓ), 'train/policy_loss', 'train/kl_loss',
+    'train/kl', 'train/clip_fraction', 'train/clip_active_fraction',
+    'train/approx_kl', 'train/ratio', 'train/ratio_min', 'train/ratio_max',
     'train/entropy', 'train/logprob_gap', 'train/logprob_abs_gap', 'train/advantage'
-    (token-level), 'train/grad_norm' (pre-clip), 'train/sampler_logprob_gap' and
-    '_abs_gap' (learner θ_old minus sampler, per command token), 'train/num_decisions',
-    'train/num_micro_batches', 'train/num_shapes', 'train/learning_rate', and seconds
-    'time/learner_batching_s', 'time/learner_grads_s' (loss + gradient),
-    'time/learner_optimizer_s'.
+    (token-level, over every step), 'train/grad_norm' (pre-clip, mean over steps),
+    'train/pass{p}/{PASS_METRICS, loss, grad_norm}', 'train/optimizer_steps',
+    'train/skipped_steps' (non-finite, not applied), 'train/num_mini_batches' (per
+    pass), 'train/sampler_logprob_gap' and '_abs_gap' (learner θ_old minus sampler, per
+    command token), 'train/num_decisions', 'train/num_micro_batches', 'train/num_shapes',
+    'train/learning_rate' (peak), and seconds 'time/learner_batching_s',
+    'time/learner_grads_s' (loss + gradient), 'time/learner_optimizer_s',
+    'time/learner_old_logprobs_s'.
   Raises:
     ValueError: no decisions, or a decision longer than the learner shapes.
+    nonfinite.NonFiniteError: from `skip_counter`.
   """
   n = len(decisions)
   if n == 0:
     raise ValueError('an update needs at least one decision')
+  m_req = int(ppo.mini_batches_per_iteration)
+  plans = [batching.mini_batch_partition(
+      n, m_req, np.random.default_rng([*map(int, shuffle_seed), p]) if m_req > 1
+      else None) for p in range(int(ppo.num_iterations))]
+  single = ppo.steps_per_update == 1
+  from_learner = loss.old_logprobs == 'learner'
+  kw = dict(model_config=model_config, clip_epsilon=loss.clip_epsilon,
+            kl_beta=loss.kl_beta, kl_estimator=loss.kl_estimator,
+            temperature=loss.temperature, max_log_ratio=loss.max_log_ratio)
+  # Learner log π_θold per decision, once known (θ_old fixed for the whole update).
+  at_old: list = [None] * n
   t0 = time.perf_counter()
-  mbs = batching.micro_batches(decisions, batching_config, pad_id=pad_id)
-  t_batch = time.perf_counter() - t0
-  t_grad = 0.0
-  grad_sum = setup_lib.zeros_like_params(params)
-  loss_sum, parts = 0.0, []
-  gap_sum = gap_abs_sum = gap_count = 0.0
-  kwargs = dict(model_config=model_config, clip_epsilon=loss.clip_epsilon,
-                kl_beta=loss.kl_beta, kl_estimator=loss.kl_estimator,
-                temperature=loss.temperature,
-                old_from_learner=loss.old_logprobs == 'learner')
-  for mb in mbs:
-    t0 = time.perf_counter()
-    step_batch = batching.to_step_batch(mb)
-    with setup_lib.mesh_context(mesh):
-      (l, _, m, learner_lp), grads = grpo_step(
-          params, ref_params, setup_lib.place_batch(step_batch, mesh), **kwargs)
-      grad_sum = _add_grads(grad_sum, grads)
-    loss_sum += float(l)
-    parts.append(m)
-    mask = step_batch['command_ids'] > 0
-    gap = (np.asarray(learner_lp) - step_batch['old_logprobs'])[mask]
-    gap_sum += float(gap.sum())
-    gap_abs_sum += float(np.abs(gap).sum())
-    gap_count += float(mask.sum())
-    t_grad += time.perf_counter() - t0
-  t0 = time.perf_counter()
-  with setup_lib.mesh_context(mesh):
-    new_params, new_opt_state, grad_norm = apply_update(
-        params, opt_state, grad_sum, jnp.asarray(float(n), jnp.float32), opt=opt)
-  grad_norm = float(grad_norm)  # waits for the step
-  t_opt = time.perf_counter() - t0
-  out = {f'train/{k}': v for k, v in _combine_metrics(parts).items()}
-  out['train/loss'] = loss_sum / n
-  out['train/grad_norm'] = grad_norm
-  out['train/sampler_logprob_gap'] = gap_sum / max(gap_count, 1.0)
-  out['train/sampler_logprob_abs_gap'] = gap_abs_sum / max(gap_count, 1.0)
-  out['train/num_decisions'] = float(n)
-  out['train/num_micro_batches'] = float(len(mbs))
-  out['train/num_shapes'] = float(len(batching.batch_shapes(mbs)))
-  out['train/learning_rate'] = float(opt.learning_rate)
-  out['time/learner_batching_s'] = t_batch
-  out['time/learner_grads_s'] = t_grad
-  out['time/learner_optimizer_s'] = t_opt
-  return new_params, new_opt_state, out
+  first = set(plans[0][0].tolist())
+  rest = [i for i in range(n) if i not in first]
+  if from_learner and rest:  # M > 1: decisions the first step does not see at θ_old
+    for i, lp in zip(rest, theta_old_logprobs(
+        params, [decisions[i] for i in rest], model_config=model_config,
+        batching_config=batching_config, temperature=loss.temperature, pad_id=pad_id,
+        mesh=mesh)):
+      at_old[i] = lp
+  t_old = time.perf_counter() - t0
+  steps: list[list[_Step]] = []
+  for p, plan in enumerate(plans):
+    steps.append([])
+    for k, idx in enumerate(plan):
+      first_step = p == 0 and k == 0
+      subset = [decisions[i] if (first_step or not from_learner) else
+                dataclasses.replace(decisions[i], old_logprobs=at_old[i]) for i in idx]
+      params, opt_state, st = _mini_batch_step(
+          params, ref_params, opt_state, subset,
+          old_from_learner=from_learner and first_step, kw=kw,
+          batching_config=batching_config, opt=opt, pad_id=pad_id, mesh=mesh)
+      if first_step:  # θ = θ_old here: these are θ_old's log-probs
+        for i, lp in zip(idx, st.logprobs):
+          at_old[i] = lp
+      steps[-1].append(st)
+      if skip_counter is not None:
+        where = label if single else (f'{label}, pass {p + 1}/{len(plans)}, '
+                                      f'mini-batch {k + 1}/{len(plan)}')
+        skip_counter.record(st.finite, where)
+  return params, opt_state, _update_metrics(steps, decisions, at_old, opt, t_old)
 
+
+def _update_metrics(steps, decisions, at_old, opt, t_old) -> dict[str, float]:
+  flat = [st for pass_steps in steps for st in pass_steps]
+  out = {f'train/{k}': v for k, v in
+         _combine_metrics([m for st in flat for m in st.parts]).items()}
+  out['train/loss'] = float(np.mean([st.loss for st in flat]))
+  out['train/grad_norm'] = float(np.mean([st.grad_norm for st in flat]))
+  for p, pass_steps in enumerate(steps):
+    pm = _combine_metrics([m for st in pass_steps for m in st.parts])
+    for key in PASS_METRICS:
+      out[f'train/pass{p + 1}/{key}'] = pm[key]
+    out[f'train/pass{p + 1}/loss'] = float(np.mean([st.loss for st in pass_steps]))
+    out[f'train/pass{p + 1}/grad_norm'] = float(
+        np.mean([st.grad_norm for st in pass_steps]))
+  gap = np.concatenate([np.asarray(lp, np.float64) - np.asarray(d.old_logprobs)
+                        for lp, d in zip(at_old, decisions) if lp is not None] or [[]])
+  out['train/sampler_logprob_gap'] = float(gap.sum()) / max(gap.size, 1)
+  out['train/sampler_logprob_abs_gap'] = float(np.abs(gap).sum()) / max(gap.size, 1)
+  out['train/optimizer_steps'] = float(len(flat))
+  out['train/skipped_steps'] = float(sum(not st.finite for st in flat))
+  out['train/num_mini_batches'] = float(len(steps[0]))
+  out['train/num_decisions'] = float(len(decisions))
+  out['train/num_micro_batches'] = float(sum(st.num_micro_batches for st in flat))
+  out['train/num_shapes'] = float(len(set().union(*(st.shapes for st in flat))))
+  out['train/learning_rate'] = float(opt.learning_rate)
+  for i, key in enumerate(('batching', 'grads', 'optimizer')):
+    out[f'time/learner_{key}_s'] = float(sum(st.seconds[i] for st in flat))
+  out['time/learner_old_logprobs_s'] = t_old
+  return out

@@ -28,11 +28,22 @@ One update n (1-based; a checkpoint's step = completed updates):
      `task_selection.update_rng(seed, n)`. `rollout.collect_update` runs the T x K
      rollouts with the sampler at temperature 0.7 / top-p 0.95, scores them and
      returns A^hier per decision.
-  2. Learner: `rl_learner.learner_update`, one optimizer step over all N decisions of
-     the update (∅ and rejected commands included; SPEC §6: per-command token mean,
-     then mean over all decisions of the update). θ_old's log-probabilities come from
-     the learner's own forward pass by default (`rl.old_logprobs`; rl_learner).
-  3. Logging, then a checkpoint every `checkpoint.save_every` updates and at the end.
+  2. Learner: `rl_learner.learner_update`, rl.num_iterations passes of
+     rl.mini_batches_per_iteration shuffled mini-batches over the N decisions of the
+     update (∅ and rejected commands included), one optimizer step per mini-batch
+     (SPEC §6: per-command token mean, then mean over the mini-batch's decisions; by
+     default one step over all N). θ_old's log-probabilities come from the learner at
+     θ_old by default (`rl.old_logprobs`; rl_learner). A step with a non-finite loss
+     or gradient is skipped (`train/skipped_steps`, the progress line's `skipped`);
+     rl.max_consecutive_skips in a row stop the run (NonFiniteError naming the update).
+  3. Checkpoint selection (paper C.8; train/rl_selection.py): every `rl.eval_every`
+     updates and after the last, the new parameters run the phase's internal-dev
+     episodes greedily (no verifier) and score `rl.selection_metric`; that update's
+     checkpoint is saved with selection metrics {'dev_score', 'step'}. The phase's
+     selected checkpoint — what the next phase starts from and regularizes towards,
+     and what evaluation loads — is the best score, ties to the later step.
+  4. Logging (`dev/*` at scored updates), then a checkpoint every
+     `checkpoint.save_every` updates, at every scored update and at the end.
 
 Monitors (paper App. F.7): m^all and m^ans are averaged over the update's T x K
 trajectories of the rollout batch collected BEFORE update n's optimizer step; they are
@@ -86,8 +97,10 @@ from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_resume
+from vermem_jax.train import rl_selection
 from vermem_jax.train import rl_setup
 from vermem_jax.train import setup as setup_lib
 
@@ -134,6 +147,8 @@ def rollout_summary(result: rollout_records.RolloutResult) -> dict[str, float]:
       'tokens/policy_input_mean': sum(t.result.policy_input_tokens for t in trajs) / n,
       'tokens/command_total': float(sum(d.command_tokens for d in result.decisions)),
       'rollout/tool_calls_mean': sum(t.result.tool_calls for t in trajs) / n,
+      'rollout/rejected_tool_calls_mean': sum(t.result.rejected_tool_calls
+                                              for t in trajs) / n,
       'rollout/task_steps_mean': sum(t.result.task_steps for t in trajs) / n,
       'rollout/decisions_per_trajectory': result.num_decisions / n,
       'rollout/rejected_share': (sum(not d.accepted for d in result.decisions)
@@ -154,7 +169,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       after that update's checkpoint, if one was due; drills and tests).
   Returns:
     Final metrics (JSON values): 'phase', 'step' (completed updates), 'num_updates',
-    'complete', 'wall_time_s' (this call, seconds), 'cumulative_wall_time_s',
+    'complete', 'selected_step' (the internal-dev selection), 'wall_time_s' (this
+    call, seconds), 'cumulative_wall_time_s',
     'reference_phase', 'reference_step', 'reference_params_sha256',
     'params_sha256' (final θ), 'resumed_from' (restored step or 0) and the last logged
     update's metrics (`train/*`, `reward/*`, `rollout/*`, `time/*`, ...).
@@ -163,6 +179,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       a different reference policy.
     checkpoints.CheckpointError: the previous phase has no restorable checkpoint, or
       this phase's checkpoints are all unrestorable.
+    nonfinite.NonFiniteError: rl.max_consecutive_skips optimizer steps in a row had a
+      non-finite loss or gradient (the last checkpoint holds the last finite θ).
   """
   t_start = time.time()
   phase = rl_setup.check_phase(config)
@@ -177,9 +195,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   fingerprint = rl_resume.trajectory_fingerprint(config)
   mc = setup_lib.model_config_from(config)
   mesh = setup_lib.make_mesh_from(config)
-  opt = rl_learner.RLOptimizerConfig(learning_rate=float(config.rl.learning_rate),
-                                     max_grad_norm=float(config.rl.max_grad_norm),
-                                     weight_decay=float(config.rl.weight_decay))
+  opt = rl_learner.optimizer_config_from(config)
   # Abstract arrays with the mesh shardings: restores land directly on the layout.
   param_shapes, opt_shapes = setup_lib.abstract_train_state(
       mc, rl_learner.make_optimizer(opt).init, mesh)
@@ -204,10 +220,11 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                                                   checkpoints.UNRESTORABLE_DIR), latest)
     md = restored.metadata or {}
     if restored.step >= total and md.get('final_metrics'):
-      mgr.close()
       logging.info('%s in %s is complete at update %d; nothing to do', phase, directory,
                    restored.step)
       done = dict(md['final_metrics'])
+      done['selected_step'] = mgr.best_step()
+      mgr.close()
       done['wall_time_s'] = time.time() - t_start
       return done
 
@@ -259,6 +276,15 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       setup.model_config, params, tok, sampling_config=setup.sampling_config,
       batch_buckets=(setup.rollout_config.num_rollouts,),
       generate_fn=setup_lib.generate_fn_for(mesh))
+  # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
+  dev_policy = policy_lib.SamplerPolicy(
+      setup.model_config, params, tok, sampling_config=setup.sampling_config,
+      greedy=True, generate_fn=setup_lib.generate_fn_for(mesh))
+  n_dev = int(config.rl.get('eval_episodes', 0))
+  dev_specs = setup.dev_specs[:n_dev] if n_dev else setup.dev_specs
+  eval_every = int(config.rl.get('eval_every', 0))
+  metric = rl_selection.check_metric(
+      str(config.rl.get('selection_metric', rl_selection.DEFAULT_METRIC)))
   stop = total if stop_after_update is None else min(total, int(stop_after_update))
   save_every = int(config.checkpoint.save_every)
   log_every = int(config.metrics.log_every)
@@ -273,6 +299,9 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                                  disable=not config.metrics.progress_bar)
   last: dict[str, float] = {}
   last_logged: dict[str, float] = {}
+  skips = nonfinite.SkipCounter(int(config.rl.max_consecutive_skips))
+  if restored is not None:
+    skips.total = int((restored.metadata or {}).get('skipped_steps', 0))
   try:
     while step < stop:
       n = step + 1
@@ -294,7 +323,9 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       params, opt_state, learn = rl_learner.learner_update(
           params, ref_params, opt_state, result.decision_tokens(),
           model_config=setup.model_config, batching_config=setup.batching_config,
-          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=mesh)
+          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=mesh,
+          ppo=setup.ppo, shuffle_seed=(seed, n), skip_counter=skips,
+          label=f'{phase} update {n}')
       jax.block_until_ready(params)
       t2 = time.perf_counter()
       step = n
@@ -304,6 +335,18 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       row['time/learner_s'] = t2 - t1
       row['time/update_s'] = t2 - t0
       row['rollout/task_ids_first'] = float(task_ids[0])
+      row['train/skipped_steps_total'] = float(skips.total)
+      selection = None
+      if rl_selection.is_eval_step(n, total, eval_every):
+        t3 = time.perf_counter()
+        dev_policy.params = params
+        dev = rl_selection.dev_evaluation(
+            dev_specs, dev_policy, setup.solver, count_tokens=tok.count_tokens,
+            executor_config=setup.executor_config, env_config=setup.env_config,
+            seed=seed, metric=metric)
+        row.update(dev)
+        row['time/dev_eval_s'] = time.perf_counter() - t3
+        selection = rl_selection.selection_metrics(dev, n)
       is_monitor = (n - 1) % monitor_every == 0 or n == total
       if is_monitor:
         row['monitor/point'] = float(n - 1)
@@ -318,13 +361,18 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       if table is not None:
         table.add_rows(result.advantage_rows())
       bar.update(1)
-      bar.set_postfix(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
-                      r=f'{row.get("reward/r_global", math.nan):.3f}')
-      if n % save_every == 0 or n == total:
+      postfix = dict(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
+                     clip=f'{learn["train/clip_fraction"]:.3f}',
+                     r=f'{row.get("reward/r_global", math.nan):.3f}')
+      if skips.total:
+        postfix['skipped'] = skips.total  # non-finite steps, not applied
+      bar.set_postfix(**postfix)
+      if n % save_every == 0 or n == total or selection is not None:
         wall = prior_wall + time.time() - t_start
         metadata = {'fingerprint': fingerprint, 'reference': reference,
                     'cumulative_wall_time_s': wall, 'complete': n >= total,
-                    'num_updates': total, 'internal_dev_start': dev_start}
+                    'num_updates': total, 'skipped_steps': skips.total,
+                    'internal_dev_start': dev_start}
         if n >= total:
           metadata['final_metrics'] = _final_metrics(
               phase, n, total, wall, reference, params, resumed_from,
@@ -332,16 +380,22 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         mgr.save(checkpoints.TrainState(
             step=n, params=params, opt_state=opt_state,
             rng=task_selection.update_rng(seed, n + 1), running_stats=running.to_dict(),
-            data_position=rl_resume.data_position(n, setup, seed), metadata=metadata))
+            data_position=rl_resume.data_position(n, setup, seed), metadata=metadata),
+            selection_metrics=selection)
   finally:
     bar.close()
     writer.close()
     if table is not None:
       table.close()
+  selected = mgr.best_step()
   mgr.close()
+  if selected is not None:
+    logging.info('%s: selected checkpoint step %d on internal dev (%s)', phase,
+                 selected, metric)
   wall = prior_wall + time.time() - t_start
   out = _final_metrics(phase, step, total, wall, reference, params, resumed_from,
                        {**dev_start, **(last or last_logged)})
+  out['selected_step'] = selected
   out['wall_time_s'] = time.time() - t_start
   return out
 

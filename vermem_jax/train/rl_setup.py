@@ -32,12 +32,8 @@ import ml_collections
 from vermem_jax.envs import environment
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import scenarios
-from vermem_jax.envs import sft_data
-from vermem_jax.envs import task_solvers
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
@@ -49,6 +45,7 @@ from vermem_jax import verifiers
 from vermem_jax.verifiers import base as vbase
 from vermem_jax.train import rl_learner
 from vermem_jax.train import setup as setup_lib
+from vermem_jax.train import task_solver_setup
 
 # SPEC §4: the curriculum θ_SFT -> θ_A -> θ_B -> θ_C; each RL phase starts from, and
 # regularizes towards, the previous phase's parameters.
@@ -80,7 +77,7 @@ class PhaseSetup:
     solver: π_task; verifier: local + global verifier.
     executor_config, env_config, advantage_config, reward_config, batching_config,
     sampling_config, rollout_config: library settings.
-    loss, opt: learner settings.
+    loss, opt, ppo: learner settings.
     construction, dev_pool: the HotpotQA pools (SPEC §4 90/10 split).
   """
   phase: str
@@ -100,6 +97,7 @@ class PhaseSetup:
   rollout_config: rollout.RolloutConfig
   loss: rl_learner.LossConfig
   opt: rl_learner.RLOptimizerConfig
+  ppo: rl_learner.PPOConfig
   construction: list
   dev_pool: list
 
@@ -145,7 +143,7 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   tok = setup_lib.load_tokenizer_for(config, mc)
   exec_cfg = _fields_from(ExecutorConfig, _section(config, 'memory'), phase=op_space)
   env_cfg = environment.EnvConfig.from_config(_section(config, 'episodes'))
-  scen_cfg = scenarios.ScenarioConfig.from_config(_section(config, 'episodes'))
+  scen_cfg = episodes.ScenarioConfig.from_config(_section(config, 'episodes'))
   construction, dev_pool = episodes.load_pools(
       hotpotqa.DataConfig.from_config(_section(config, 'data')))
   train_specs, dev_specs = episodes.build_phase_episodes(
@@ -153,29 +151,10 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   if len(train_specs) < int(config.rl.tasks_per_update):
     raise ValueError(f'config.episodes.num_train: {len(train_specs)} train episodes < '
                      f'rl.tasks_per_update={config.rl.tasks_per_update}')
-  if config.solver.backend == 'oracle':
-    solver = task_solvers.OracleEvidenceReader.from_examples(
-        list(construction) + list(dev_pool), tokenizer=tok)
-  elif config.solver.backend == 'llm':
-    path = config.solver.hf_checkpoint or config.model.hf_checkpoint
-    if path:
-      s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype,
-                                                 mesh=mesh)
-      s_cfg = s_cfg.replace(dtype=config.model.dtype)
-      field = ('config.solver.hf_checkpoint' if config.solver.hf_checkpoint
-               else 'config.model.hf_checkpoint')
-      setup_lib.check_tokenizer_fits(tok, s_cfg, field=field)
-    elif solver_params is not None:
-      s_cfg, s_params = mc, solver_params
-    else:
-      raise ValueError('config.solver.hf_checkpoint: the llm task solver needs weights '
-                       '(set solver.hf_checkpoint or model.hf_checkpoint), or use '
-                       "solver.backend='oracle'")
-    solver = task_solvers.LLMTaskSolver(
-        tok, s_cfg, s_params,
-        config=task_solvers.SolverConfig.from_config(_section(config, 'solver')))
-  else:
-    raise ValueError(f'config.solver.backend: unknown {config.solver.backend!r}')
+  # The oracle may hold the labels of both pools (train rollouts and dev scoring).
+  solver = task_solver_setup.make_task_solver(
+      config, tok, list(construction) + list(dev_pool), solver_params=solver_params,
+      mesh=mesh)
   verifier = verifiers.make_verifier(
       _fields_from(vbase.VerifierConfig, _section(config, 'verifier')))
   if hasattr(verifier, 'preflight'):
@@ -187,14 +166,10 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       policy_input_limit=exec_cfg.policy_input_limit,
       prompt_overhead=policy_lib.prompt_overhead_tokens(tok),
       max_command_tokens=sampling_cfg.max_command_tokens)
-  loss = rl_learner.LossConfig(
-      clip_epsilon=float(config.rl.clip_epsilon), kl_beta=float(config.rl.kl_beta),
-      kl_estimator=str(config.rl.kl_estimator),
-      temperature=float(sampling_cfg.temperature),
-      old_logprobs=str(config.rl.get('old_logprobs', rl_learner.DEFAULT_OLD_LOGPROBS)))
-  if not loss.temperature > 0:
+  if not sampling_cfg.temperature > 0:
     raise ValueError('config.sampling.temperature: RL rollouts sample (SPEC §4: 0.7); '
-                     f'got {loss.temperature}')
+                     f'got {sampling_cfg.temperature}')
+  loss = loss_config_from(config)
   return PhaseSetup(
       phase=phase, op_space=op_space, tokenizer=tok, model_config=mc,
       train_specs=list(train_specs), dev_specs=list(dev_specs), solver=solver,
@@ -203,11 +178,23 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       reward_config=_fields_from(rw.RewardConfig, _section(config, 'reward')),
       batching_config=bcfg, sampling_config=sampling_cfg,
       rollout_config=rollout.RolloutConfig.from_config(_section(config, 'rl')),
-      loss=loss,
-      opt=rl_learner.RLOptimizerConfig(learning_rate=float(config.rl.learning_rate),
-                                       max_grad_norm=float(config.rl.max_grad_norm),
-                                       weight_decay=float(config.rl.weight_decay)),
+      loss=loss, opt=rl_learner.optimizer_config_from(config),
+      ppo=rl_learner.PPOConfig(int(config.rl.num_iterations),
+                               int(config.rl.mini_batches_per_iteration)),
       construction=list(construction), dev_pool=list(dev_pool))
+
+
+def loss_config_from(config: ml_collections.ConfigDict) -> rl_learner.LossConfig:
+  """The learner's LossConfig from `rl` (loss temperature: rl.loss_temperature, or
+  sampling.temperature when None)."""
+  r = config.rl
+  temperature = r.loss_temperature
+  if temperature is None:
+    temperature = config.sampling.temperature
+  return rl_learner.LossConfig(
+      clip_epsilon=float(r.clip_epsilon), kl_beta=float(r.kl_beta),
+      kl_estimator=str(r.kl_estimator), temperature=float(temperature),
+      old_logprobs=str(r.old_logprobs), max_log_ratio=float(r.max_log_ratio))
 
 
 def dev_transitions(config: ml_collections.ConfigDict,
@@ -223,7 +210,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
   count = int(config.advantage.running_stats_init_count)
   tok = setup.tokenizer
   out: list[vbase.LocalVerifierInput] = []
-  sft_cfg = sft_data.SFTDataConfig.from_config(
+  sft_cfg = episodes.SFTDataConfig.from_config(
       _section(config, 'sft'), seed=config.episodes.seed, train_per_target=1,
       dev_per_target=count, teacher_backend=None,
       context_budget=config.memory.context_budget,
@@ -231,7 +218,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
       max_doc_sentences=config.episodes.max_doc_sentences,
       max_doc_tokens=config.episodes.max_doc_tokens)
   try:
-    _, dev_records, _ = sft_data.build_sft_set(
+    _, dev_records, _ = episodes.build_sft_set(
         setup.construction, setup.dev_pool, count_tokens=tok.count_tokens,
         config=sft_cfg, verbose=False)
     out += running_stats_init.dev_inputs_from_sft_records(

@@ -10,7 +10,10 @@ construction and internal-dev pools of the HotpotQA train split; each becomes on
 learner row (policy prompt of x_i, command tokens of u*_i + the stop token;
 sft_examples). Records that do not fit the learner shapes are dropped and counted
 (logged; `num_dropped_*` in the returned metrics). Loss on command tokens only, AdamW with
-linear warmup then linear decay (sft_step). Epoch e visits the train records in a
+linear warmup then linear decay (sft_step), `sft.loss_reduction` (Eq. 7's sequence NLL
+at paper scale). A step with a non-finite loss or gradient is skipped (not applied,
+counted in `train/skipped` and the progress line); `sft.max_consecutive_skips` in a row
+stop the run (NonFiniteError naming the step). Epoch e visits the train records in a
 seeded order that is a pure function of the step (sft_examples).
 
 Evaluation (dev set) after every epoch, every `sft.eval_every` steps and at the last
@@ -51,12 +54,12 @@ import ml_collections
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import sft_data
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import nonfinite
 from vermem_jax.train import setup as setup_lib
 from vermem_jax.train import sft_eval
 from vermem_jax.train import sft_examples
@@ -73,10 +76,10 @@ def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
   return ExecutorConfig(**values, phase=config.episodes.op_space)
 
 
-def _sft_data_config(config: ml_collections.ConfigDict) -> sft_data.SFTDataConfig:
+def _sft_data_config(config: ml_collections.ConfigDict) -> episodes.SFTDataConfig:
   # The construction seed is the episode seed: the data set does not change with the
   # run seed (config.seed drives init and shuffling).
-  return sft_data.SFTDataConfig.from_config(
+  return episodes.SFTDataConfig.from_config(
       config.sft.to_dict(), seed=config.episodes.seed,
       context_budget=config.memory.context_budget,
       policy_input_limit=config.memory.policy_input_limit,
@@ -93,6 +96,8 @@ def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
           'weight_decay': s.weight_decay, 'max_grad_norm': s.max_grad_norm,
           'batch_size': s.batch_size, 'num_epochs': s.num_epochs,
           'max_steps': s.max_steps, 'episodes_seed': config.episodes.seed,
+          'loss_reduction': s.loss_reduction, 'lr_schedule': s.lr_schedule,
+          'adam': [s.adam_b1, s.adam_b2, s.adam_eps],
           'template_fraction': s.template_fraction,
           'teacher_backend': s.teacher_backend,
           'policy_input_limit': config.memory.policy_input_limit,
@@ -170,7 +175,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
   construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
       config.data.to_dict()))
-  train_records, dev_records, report = sft_data.build_sft_set(
+  train_records, dev_records, report = episodes.build_sft_set(
       construction, dev_pool, count_tokens=tok.count_tokens,
       config=_sft_data_config(config), verbose=False)
   table = report.format_table()
@@ -200,11 +205,14 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   spe = sft_examples.steps_per_epoch(len(train), batch_size)
   total = (int(config.sft.max_steps) if config.sft.max_steps
            else spe * int(config.sft.num_epochs))
-  opt = sft_step.OptimizerConfig(learning_rate=float(config.sft.learning_rate),
-                                 total_steps=total,
-                                 warmup_ratio=float(config.sft.warmup_ratio),
-                                 weight_decay=float(config.sft.weight_decay),
-                                 max_grad_norm=float(config.sft.max_grad_norm))
+  t = config.sft
+  opt = sft_step.OptimizerConfig(
+      learning_rate=float(t.learning_rate), total_steps=total,
+      warmup_ratio=float(t.warmup_ratio), weight_decay=float(t.weight_decay),
+      max_grad_norm=float(t.max_grad_norm), adam_b1=float(t.adam_b1),
+      adam_b2=float(t.adam_b2), adam_eps=float(t.adam_eps),
+      lr_schedule=str(t.lr_schedule))
+  reduction = str(t.loss_reduction)
   schedule = sft_step.lr_schedule(opt)
   eval_every = int(config.sft.eval_every)
   save_every = int(config.checkpoint.save_every)
@@ -225,6 +233,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   with checkpoints.PhaseCheckpointManager(
       directory, max_to_keep=int(config.checkpoint.max_to_keep)) as mgr:
     step, prior_wall, last_dev, train_loss = 0, 0.0, {}, float('nan')
+    skips = nonfinite.SkipCounter(int(config.sft.max_consecutive_skips))
     restored = mgr.restore(template)
     if restored is not None:
       _check_resume({'metadata': restored.metadata}, fingerprint, directory)
@@ -237,6 +246,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       prior_wall = float(restored.metadata.get('cumulative_wall_time_s', 0.0))
       last_dev = dict(restored.metadata.get('dev_metrics') or {})
       train_loss = float(restored.metadata.get('train_loss', train_loss))
+      skips.total = int(restored.metadata.get('skipped_steps', 0))
       logging.info('SFT resumes from step %d of %d in %s (epoch %d, batch %d)', step,
                    total, directory, *divmod(step, spe))
     stop = total if stop_after_step is None else min(total, int(stop_after_step))
@@ -249,7 +259,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       out = sft_eval.dev_metrics([e.record for e in dev], preds,
                                  executor_config=exec_cfg, count_tokens=tok.count_tokens)
       out['dev_loss'] = sft_step.command_loss(p, dev_batches, model_config=model_cfg,
-                                              mesh=mesh)
+                                              mesh=mesh, reduction=reduction)
       for e, text in list(zip(dev, preds))[:2]:
         logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
                      text[:120])
@@ -265,11 +275,14 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
         idx, _, _ = sft_examples.batch_indices(step, len(train), batch_size, seed)
         decisions = [train_decisions[i] for i in idx]
         mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
+        # The schedule counts applied updates: skipped (non-finite) steps do not move it.
+        m_lr = float(schedule(step - skips.total))
         params, opt_state, m = sft_step.train_step(params, opt_state, mbs,
                                                    model_config=model_cfg, opt=opt,
-                                                   mesh=mesh)
-        m['lr'] = float(schedule(step))
+                                                   mesh=mesh, reduction=reduction)
+        m['lr'] = m_lr
         step += 1
+        skips.record(not m['skipped'], f'SFT step {step}')
         dt = time.time() - t0
         train_loss = m['loss']
         tokens = sum(len(d.prompt_tokens) + len(d.command_tokens) for d in decisions)
@@ -278,9 +291,13 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
               'loss': m['loss'], 'lr': m['lr'], 'grad_norm': m['grad_norm'],
               'token_accuracy': m['token_accuracy'], 'token_nll': m['token_nll'],
               'tokens_per_s': tokens / max(dt, 1e-9), 'step_time_s': dt,
-              'epoch': step / spe}))
+              'epoch': step / spe, 'skipped': m['skipped'],
+              'skipped_total': float(skips.total)}))
         bar.update(1)
-        bar.set_postfix(loss=f'{m["loss"]:.3f}', lr=f'{m["lr"]:.2e}')
+        postfix = dict(loss=f'{m["loss"]:.3f}', lr=f'{m["lr"]:.2e}')
+        if skips.total:
+          postfix['skipped'] = skips.total  # non-finite steps, not applied
+        bar.set_postfix(**postfix)
         is_eval = step % eval_every == 0 or step % spe == 0 or step == total
         selection = None
         if is_eval and dev:
@@ -301,7 +318,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
                                    len(train), len(dev), drop_train, drop_dev)
           metadata = {'fingerprint': fingerprint, 'total_steps': total,
                       'cumulative_wall_time_s': wall, 'dev_metrics': last_dev,
-                      'train_loss': train_loss, 'complete': step == total}
+                      'train_loss': train_loss, 'complete': step == total,
+                      'skipped_steps': skips.total}
           if final is not None:
             metadata['final_metrics'] = final
           mgr.save(checkpoints.TrainState(step=step, params=params, opt_state=opt_state,

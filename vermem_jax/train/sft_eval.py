@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from vermem_jax import tokenization
-from vermem_jax.envs import sft_data
+from vermem_jax.envs import episodes
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.config import ExecutorConfig
@@ -29,7 +29,7 @@ from vermem_jax.rl import policy
 from vermem_jax.train import setup as setup_lib
 
 
-def dev_metrics(records: Sequence[sft_data.SFTRecord], predictions: Sequence[str], *,
+def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str], *,
                 executor_config: ExecutorConfig,
                 count_tokens: Callable[[str], int]) -> dict[str, float]:
   """Dev metrics of predicted command texts (SPEC §4 checkpoint selection).
@@ -92,7 +92,7 @@ def dev_metrics(records: Sequence[sft_data.SFTRecord], predictions: Sequence[str
 
 
 def predict_commands(params: Any, model_config: qwen.QwenConfig,
-                     records: Sequence[sft_data.SFTRecord],
+                     records: Sequence[episodes.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, batch_size: int,
                      sampling_config: policy.PolicySamplingConfig,
                      rng: Any = 0, mesh: jax.sharding.Mesh | None = None) -> list[str]:

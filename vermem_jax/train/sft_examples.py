@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from vermem_jax import tokenization
-from vermem_jax.envs import sft_data
+from vermem_jax.envs import episodes
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
 
@@ -42,11 +42,11 @@ class SFTExample:
     prompt_tokens: policy prompt ids [T_in] (`rl.policy.policy_prompt_ids(x_i)`).
     command_tokens: ids of u*_i + the stop token [L] (`rl.policy.command_target_ids`;
       the only tokens with loss).
-    record: the `sft_data.SFTRecord` (op, phase, state s_i, target text).
+    record: the `episodes.SFTRecord` (op, phase, state s_i, target text).
   """
   prompt_tokens: tuple[int, ...]
   command_tokens: tuple[int, ...]
-  record: sft_data.SFTRecord
+  record: episodes.SFTRecord
 
   def decision(self) -> batching.DecisionTokens:
     """The learner row: no old logprobs (unused by the SFT loss), advantage 1."""
@@ -54,7 +54,7 @@ class SFTExample:
                                    (0.0,) * len(self.command_tokens), 1.0)
 
 
-def tokenize_records(records: Sequence[sft_data.SFTRecord],
+def tokenize_records(records: Sequence[episodes.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, max_sequence_tokens: int,
                      max_command_tokens: int) -> tuple[list[SFTExample], dict[str, int]]:
   """Tokenizes records; drops (and counts) those that do not fit the learner shapes.

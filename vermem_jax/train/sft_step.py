@@ -1,22 +1,30 @@
-"""The SFT optimizer and jitted step: command-token cross-entropy with gradient
-accumulation (SPEC §4; App. D.3, Eq. 7).
+"""The SFT optimizer and jitted step: command-token negative log-likelihood with
+gradient accumulation (SPEC §4; App. D.3, Eq. 7).
 
-Loss. Cross-entropy on command tokens only (SPEC §4): each command's token-mean NLL,
-averaged over the commands of the optimizer step. Micro-batches of
-`batching.micro_batch_size` rows return (Σ_commands token-mean NLL, number of commands)
-and their gradient sums (`accumulate_micro_batch`); the step divides once (deferred
-normalization, `apply_accumulated`), so any split of a step into micro-batches gives the
-same update (gradient accumulation, `train_step`). `command_loss` is the same loss
-without a gradient (the dev loss).
+Loss (`sft.loss_reduction`). Negative log-likelihood of the command tokens only
+(SPEC §4). 'sequence' is Eq. 7 literally: each command's NLL -log π(u* | x) summed over
+its tokens, averaged over the commands of the optimizer step (the paper-scale default).
+'decision': each command's token-mean NLL averaged over the commands (every command
+weighs the same whatever its length; the tiny-scale default). 'token': the mean over
+all command tokens of the step. Micro-batches of `batching.micro_batch_size` rows
+return the reduction's sum and count and their gradient sums (`accumulate_micro_batch`);
+the step divides once (deferred normalization, `apply_accumulated`), so any split of a
+step into micro-batches gives the same update (gradient accumulation, `train_step`).
+`command_loss` is the same loss without a gradient (the dev loss).
 
-Optimizer (SPEC §4; HF Trainer conventions where SPEC is silent): optax AdamW (β 0.9 /
-0.999, ε 1e-8; weight decay `sft.weight_decay`, not applied to 1-D parameters — biases
-and norm scales — as HF does), global-norm clipping at `sft.max_grad_norm`, learning
-rate `sft.learning_rate` with linear warmup over ceil(warmup_ratio · total) steps from
-lr/w (never 0: `lr_schedule`), then LINEAR decay towards 0 at the last step (HF
-`get_linear_schedule_with_warmup` shape; the paper gives only the warmup ratio). Batch
-`sft.batch_size` records per step, `sft.num_epochs` epochs (or `sft.max_steps` steps
-when set).
+Optimizer (SPEC §4; `train/optim.py`): optax AdamW (`sft.adam_b1` / `adam_b2` /
+`adam_eps`, decision: 0.9 / 0.999 / 1e-8 as PyTorch and HF; weight decay
+`sft.weight_decay`, not applied to 1-D parameters — biases and norm scales — as HF
+does), global-norm clipping at `sft.max_grad_norm`, learning rate `sft.learning_rate`
+with linear warmup over ceil(warmup_ratio · total) steps from lr/w (never 0), then
+`sft.lr_schedule` (decision: 'linear' decay to 0 at the last step, HF `get_linear_schedule_with_warmup`;
+the paper gives only the warmup ratio). Batch `sft.batch_size` records per step,
+`sft.num_epochs` epochs (or `sft.max_steps` steps when set).
+
+Non-finite steps (SPEC §6; `train/nonfinite.py`): a step whose loss or gradient holds
+NaN/Inf is not applied (parameters and optimizer state unchanged) and is reported as
+'skipped' by `train_step`; the trainer counts them and stops after
+`sft.max_consecutive_skips` in a row.
 
 Devices (`train/setup.py`). Parameters and the AdamW state live on the
 ('data', 'fsdp', 'tensor') mesh of `config.model.mesh_*` (the optimizer state sharded
@@ -29,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -40,12 +47,10 @@ import optax
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
+from vermem_jax.train import nonfinite
+from vermem_jax.train import optim
 from vermem_jax.train import setup as setup_lib
 
-# AdamW moments/epsilon: the HF Trainer / PyTorch defaults (SPEC §4 names AdamW only).
-ADAM_B1 = 0.9
-ADAM_B2 = 0.999
-ADAM_EPS = 1e-8
 # Keys of the micro-batch the jitted SFT step reads (a fixed key set: one trace per shape).
 STEP_KEYS = ('input_ids', 'attention_mask', 'positions', 'command_positions',
              'target_ids', 'command_ids')
@@ -63,44 +68,37 @@ class OptimizerConfig:
     warmup_ratio: share of total_steps with linear warmup (SPEC §4: 0.03).
     weight_decay: AdamW decoupled weight decay (not on 1-D params).
     max_grad_norm: global-norm clip (SPEC §4: 1.0).
+    adam_b1, adam_b2, adam_eps: AdamW moments and ε (decision: 0.9, 0.999, 1e-8).
+    lr_schedule: after warmup: 'linear' (decision), 'cosine' or 'constant'.
   """
   learning_rate: float
   total_steps: int
   warmup_ratio: float = 0.03
   weight_decay: float = 0.0
   max_grad_norm: float = 1.0
+  adam_b1: float = 0.9
+  adam_b2: float = 0.999
+  adam_eps: float = 1e-8
+  lr_schedule: str = 'linear'
 
   def __post_init__(self):
     if self.total_steps < 1:
       raise ValueError(f'OptimizerConfig.total_steps must be >= 1, got {self.total_steps}')
-    if not 0.0 <= self.warmup_ratio < 1.0:
-      raise ValueError(f'OptimizerConfig.warmup_ratio must be in [0, 1), got '
-                       f'{self.warmup_ratio}')
+    optim.check_schedule(self.lr_schedule, self.warmup_ratio, self.total_steps, 'sft')
 
   @property
   def warmup_steps(self) -> int:
     """ceil(warmup_ratio · total_steps) (HF `get_warmup_steps`)."""
-    return int(math.ceil(self.warmup_ratio * self.total_steps))
+    return optim.warmup_steps(self.warmup_ratio, self.total_steps)
 
 
 def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
-  """Learning rate of the update after `count` completed steps (0-based step k).
-
-  Warmup: lr·(k + 1)/w for the w = warmup_steps first steps (lr/w, 2·lr/w, ..., lr),
-  then a linear decay lr·(total − k)/(total − w) for k >= w, whose last step
-  (k = total − 1) is lr/(total − w). Unlike HF `get_linear_schedule_with_warmup`,
-  whose first step runs at lr 0 and so wastes a step, every step has a positive rate.
-  """
-  w, total = opt.warmup_steps, opt.total_steps
-  decay = optax.linear_schedule(opt.learning_rate, 0.0, max(1, total - w))
-  if w == 0:
-    return decay
-  warm = optax.linear_schedule(opt.learning_rate / w, opt.learning_rate, max(1, w - 1))
-  return optax.join_schedules([warm, decay], [w])
-
-
-def _decay_mask(params: Any) -> Any:
-  return jax.tree.map(lambda p: p.ndim > 1, params)
+  """Learning rate of the update after `count` completed steps: peak/w -> peak over
+  the w warmup steps, then `opt.lr_schedule` (optim.lr_schedule; 'linear': to 0 at
+  total_steps, the HF linear schedule with warmup)."""
+  rate = optim.lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps,
+                           opt.warmup_ratio)
+  return rate if callable(rate) else optax.constant_schedule(rate)
 
 
 @functools.partial(jax.jit, static_argnames=('opt',))
@@ -112,10 +110,9 @@ def init_optimizer(params: Any, *, opt: OptimizerConfig) -> Any:
 
 def make_optimizer(opt: OptimizerConfig) -> optax.GradientTransformation:
   """clip_by_global_norm(max_grad_norm) -> AdamW with `lr_schedule` (SPEC §4)."""
-  return optax.chain(
-      optax.clip_by_global_norm(opt.max_grad_norm),
-      optax.adamw(lr_schedule(opt), b1=ADAM_B1, b2=ADAM_B2, eps=ADAM_EPS,
-                  weight_decay=opt.weight_decay, mask=_decay_mask))
+  return optim.clipped_adamw(lr_schedule(opt), b1=opt.adam_b1, b2=opt.adam_b2,
+                             eps=opt.adam_eps, weight_decay=opt.weight_decay,
+                             max_grad_norm=opt.max_grad_norm)
 
 
 # ----------------------------------------------------------------------------- step
@@ -129,17 +126,19 @@ def zero_accumulator(params: Any) -> dict[str, Any]:
   sharded like `params`, so FSDP keeps them split)."""
   zero = jnp.zeros((), jnp.float32)
   return {'grads': setup_lib.zeros_like_params(params),
-          'loss_sum': zero, 'count': zero, 'token_nll': zero, 'token_correct': zero,
-          'tokens': zero}
+          'loss_sum': zero, 'count': zero, 'commands': zero, 'token_nll': zero,
+          'token_correct': zero, 'tokens': zero}
 
 
-def _accumulate(params, acc, batch, model_config):
+def _accumulate(params, acc, batch, model_config, reduction):
   (total, count, m), grads = grpo.sft_loss_and_grads(
-      params, batch, model_config=model_config, reduction='decision')
+      params, batch, model_config=model_config, reduction=reduction)
+  commands = jnp.sum(jnp.any(batch['command_ids'] > 0, axis=1).astype(jnp.float32))
   return {
       'grads': jax.tree.map(lambda a, g: a + g.astype(jnp.float32), acc['grads'], grads),
       'loss_sum': acc['loss_sum'] + total,
       'count': acc['count'] + count,
+      'commands': acc['commands'] + commands,
       'token_nll': acc['token_nll'] + m['token_nll'][0],
       'token_correct': acc['token_correct'] + m['token_accuracy'][0],
       'tokens': acc['tokens'] + m['token_nll'][1],
@@ -150,14 +149,15 @@ def _accumulate(params, acc, batch, model_config):
 def _accumulate_fn(donate: bool) -> Callable:
   # Donating the accumulator halves peak gradient memory on accelerators; the CPU
   # backend cannot donate and would warn on every call.
-  return jax.jit(_accumulate, static_argnames=('model_config',),
+  return jax.jit(_accumulate, static_argnames=('model_config', 'reduction'),
                  donate_argnums=(1,) if donate else ())
 
 
 def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
                            micro_batch: Mapping[str, np.ndarray], *,
                            model_config: qwen.QwenConfig,
-                           mesh: jax.sharding.Mesh | None = None) -> dict[str, Any]:
+                           mesh: jax.sharding.Mesh | None = None,
+                           reduction: str = 'decision') -> dict[str, Any]:
   """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
 
   Args:
@@ -168,14 +168,32 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
     model_config: QwenConfig (static).
     mesh: the training mesh (`setup.make_mesh_from`): rows are split over
       ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
+    reduction: `sft.loss_reduction` (module docstring; grpo.NLL_REDUCTIONS).
   Returns:
-    acc + {grads: ∂(Σ_commands token-mean NLL)/∂params, loss_sum: that sum, count:
-    number of commands, token_nll / token_correct / tokens: token-level sums}.
+    acc + {grads: ∂(loss sum)/∂params, loss_sum: the reduction's sum, count: its
+    divisor (commands, or command tokens for 'token'), commands, token_nll /
+    token_correct / tokens: token-level sums}.
   """
   donate = jax.default_backend() != 'cpu'
   batch = setup_lib.place_batch(_step_batch(micro_batch), mesh)
   with setup_lib.mesh_context(mesh):
-    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config)
+    return _accumulate_fn(donate)(params, acc, batch, model_config=model_config,
+                                  reduction=reduction)
+
+
+def _summary(acc: Mapping[str, Any], grads: Any) -> dict[str, jax.Array]:
+  count = jnp.maximum(acc['count'], 1.0)
+  tokens = jnp.maximum(acc['tokens'], 1.0)
+  return {'loss': acc['loss_sum'] / count, 'grad_norm': optax.global_norm(grads),
+          'token_nll': acc['token_nll'] / tokens,
+          'token_accuracy': acc['token_correct'] / tokens,
+          'num_commands': acc['commands'], 'num_command_tokens': acc['tokens']}
+
+
+def _mean_grads(acc: Mapping[str, Any], params: Any) -> Any:
+  count = jnp.maximum(acc['count'], 1.0)
+  grads = jax.tree.map(lambda g: g / count, acc['grads'])
+  return jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
 
 
 @functools.partial(jax.jit, static_argnames=('opt',))
@@ -188,64 +206,73 @@ def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
     acc: the step's accumulator (all its micro-batches).
     opt: OptimizerConfig (static).
   Returns:
-    (params, opt_state, {'loss': mean over commands of each command's token-mean NLL,
+    (params, opt_state, {'loss': the step's loss (sum / count of the reduction),
     'grad_norm': global norm of that loss's gradient before clipping, 'token_nll',
     'token_accuracy', 'num_commands', 'num_command_tokens'}). The update's learning
-    rate is `lr_schedule(opt)(k)` for the k-th update (0-based).
+    rate is `lr_schedule(opt)(k)` for the k-th applied update (0-based).
   """
-  count = jnp.maximum(acc['count'], 1.0)
-  grads = jax.tree.map(lambda g: g / count, acc['grads'])
-  grads = jax.tree.map(lambda g, p: g.astype(p.dtype), grads, params)
+  grads = _mean_grads(acc, params)
   tx = make_optimizer(opt)
   updates, new_opt_state = tx.update(grads, opt_state, params)
   new_params = optax.apply_updates(params, updates)
-  tokens = jnp.maximum(acc['tokens'], 1.0)
-  out = {'loss': acc['loss_sum'] / count, 'grad_norm': optax.global_norm(grads),
-         'token_nll': acc['token_nll'] / tokens,
-         'token_accuracy': acc['token_correct'] / tokens,
-         'num_commands': acc['count'], 'num_command_tokens': acc['tokens']}
-  return new_params, new_opt_state, out
+  return new_params, new_opt_state, _summary(acc, grads)
+
+
+@jax.jit
+def _skipped_summary(acc: Mapping[str, Any], params: Any) -> dict[str, jax.Array]:
+  return _summary(acc, _mean_grads(acc, params))
 
 
 def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                model_config: qwen.QwenConfig, opt: OptimizerConfig,
-               mesh: jax.sharding.Mesh | None = None
+               mesh: jax.sharding.Mesh | None = None, reduction: str = 'decision'
                ) -> tuple[Any, Any, dict[str, float]]:
   """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
 
   With `mesh`, params / opt_state should already be placed on it (`setup.
-  init_or_load_params`, `setup.init_opt_state`); the result keeps their shardings.
+  init_or_load_params`, `setup.init_opt_state`); the result keeps their shardings. A
+  non-finite loss or gradient skips the update: params and opt_state come back
+  unchanged and metrics['skipped'] is 1.
 
   Returns:
-    (params, opt_state, metrics as Python floats; see `apply_accumulated`).
+    (params, opt_state, metrics as Python floats: see `apply_accumulated`, plus
+    'skipped' (0 or 1)).
   """
   if not micro_batches:
     raise ValueError('an SFT step needs at least one micro-batch')
   acc = zero_accumulator(params)
   for mb in micro_batches:
-    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh)
+    acc = accumulate_micro_batch(params, acc, mb, model_config=model_config, mesh=mesh,
+                                 reduction=reduction)
   with setup_lib.mesh_context(mesh):
-    params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
-  return params, opt_state, {k: float(v) for k, v in jax.device_get(out).items()}
+    finite = nonfinite.is_finite(acc['loss_sum'], acc['grads'])
+    if finite:
+      params, opt_state, out = apply_accumulated(params, opt_state, acc, opt=opt)
+    else:  # not applied: θ and the optimizer state stay as they are
+      out = _skipped_summary(acc, params)
+  metrics = {k: float(v) for k, v in jax.device_get(out).items()}
+  metrics['skipped'] = float(not finite)
+  return params, opt_state, metrics
 
 
-@functools.partial(jax.jit, static_argnames=('model_config',))
-def _nll_sums(params, batch, model_config):
+@functools.partial(jax.jit, static_argnames=('model_config', 'reduction'))
+def _nll_sums(params, batch, model_config, reduction):
   logits = grpo.command_logits(model_config, params, batch)
-  total, count, _ = grpo.command_nll_from_logits(logits, batch, reduction='decision')
+  total, count, _ = grpo.command_nll_from_logits(logits, batch, reduction=reduction)
   return total, count
 
 
 def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                  model_config: qwen.QwenConfig,
-                 mesh: jax.sharding.Mesh | None = None) -> float:
-  """Mean over commands of each command's token-mean NLL (no gradient; dev loss)."""
+                 mesh: jax.sharding.Mesh | None = None,
+                 reduction: str = 'decision') -> float:
+  """The SFT loss of `reduction` over the micro-batches, no gradient (the dev loss)."""
   total, count = 0.0, 0.0
   for mb in micro_batches:
     with setup_lib.mesh_context(mesh):
-      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config)
+      t, c = _nll_sums(params, setup_lib.place_batch(_step_batch(mb), mesh), model_config,
+                       reduction)
     total += float(t)
     count += float(c)
   return total / max(count, 1.0)
-

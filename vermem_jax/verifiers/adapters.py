@@ -96,20 +96,51 @@ def local_input(state: mstate.MemoryState, transition, *, policy_input: str,
       allowed_ops=tuple(allowed_ops))
 
 
+def decision_line(command: str, accepted: bool, message: str) -> str:
+  """One memory decision with its realized outcome, as H records it: 'u -> outcome'
+  for an executed command (∅: 'no change'), 'u -> rejected: reasons' otherwise."""
+  return f"{command} -> {message}" if accepted else f"{command} -> rejected: {message}"
+
+
+def budget_history(events: Sequence, budget: int | None) -> tuple[list, int]:
+  """The newest `events` whose cached token counts (`.tokens`) fit `budget`.
+
+  Events are kept as a contiguous newest suffix in their order: the oldest are
+  dropped first. Returns (kept events, number left out); budget None keeps all.
+  """
+  if budget is None:
+    return list(events), 0
+  used, start = 0, len(events)
+  while start > 0 and used + events[start - 1].tokens <= budget:
+    start -= 1
+    used += events[start].tokens
+  return list(events[start:]), start
+
+
 def global_input(final_state: mstate.MemoryState,
                  final_answer: str | None, *,
                  reference_answer: str | None = None,
                  supporting_facts: Sequence[str | base.ItemView] = (),
+                 decisions: Sequence | None = None,
+                 history_token_budget: int | None = None,
                  ) -> base.GlobalVerifierInput:
-  """The global verifier's input for a finished trajectory.
+  """The global verifier's input for a finished trajectory (Appendix F.1/F.3: task,
+  labels, final answer, ordered memory commands with their transitions, terminal M, C
+  and H).
 
   Args:
-    final_state: the terminal state (its H holds observations and the memory
-      decisions with outcomes; ∅ decisions leave no H record).
+    final_state: the terminal state (its H holds observations, task actions and the
+      memory decisions with outcomes; ∅ decisions leave no H record).
     final_answer: the task solver's answer text, None if it gave none.
     reference_answer: training only: the gold answer (Appendix F.1/F.3).
     supporting_facts: training only: the annotated supporting evidence units, as
       unit ids "{title}#{sent_id}" or ItemViews (ref = unit id, text = sentence).
+    decisions: the episode's decision records in order (anything with `command`,
+      `accepted` and `transition_message`, e.g. envs.environment.DecisionRecord):
+      every decision, ∅ included, becomes a `memory_commands` line. None: the decision
+      records of H (no ∅).
+    history_token_budget: tokens of H events (their cached counts) kept in
+      `terminal_history`, newest first; None keeps all.
 
   Returns:
     `base.GlobalVerifierInput`, or `base.LabeledGlobalVerifierInput` when a reference
@@ -141,12 +172,21 @@ def global_input(final_state: mstate.MemoryState,
   if reference_answer is not None or facts:
     cls = base.LabeledGlobalVerifierInput
     labels = dict(reference_answer=reference_answer, supporting_facts=tuple(facts))
+  if decisions is None:
+    commands = tuple(ev.text for ev in final_state.H if ev.kind in _DECISION_EVENTS)
+  else:
+    commands = tuple(decision_line(d.command, d.accepted, d.transition_message)
+                     for d in decisions)
+  history, omitted = budget_history(
+      [ev for ev in final_state.H if ev.kind not in _DECISION_EVENTS],
+      history_token_budget)
   return cls(
       **labels,
       question=final_state.q, final_answer=final_answer,
       observed_evidence=tuple(observed),
-      memory_commands=tuple(ev.text for ev in final_state.H
-                            if ev.kind in _DECISION_EVENTS),
+      memory_commands=commands,
       terminal_ltm=tuple(_entry_view(e) for e in final_state.active_entries()),
       terminal_context=tuple(_context_view(it) for it in final_state.C),
-      deleted_ltm=tuple(_entry_view(e) for e in final_state.M if not e.active))
+      deleted_ltm=tuple(_entry_view(e) for e in final_state.M if not e.active),
+      terminal_history=tuple(_event_view(ev) for ev in history),
+      history_omitted=omitted)

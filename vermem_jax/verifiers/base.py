@@ -12,7 +12,8 @@ Input scopes are data, not memory objects, so the verifier core runs standalone:
     visible evidence) and the realized transition as added/removed/changed items. It has
     no field for later states, the final answer or the reference answer.
   * `GlobalVerifierInput` holds q, the evidence observed during the trajectory, the
-    ordered memory commands, terminal active M and C, and the solver's final answer.
+    ordered memory decisions with outcomes, terminal active M and C, the terminal
+    history H within a token budget, and the solver's final answer.
     Its subclass `LabeledGlobalVerifierInput` adds the training-time labels the paper's
     global verifier reads (Appendix F.1/F.3): the reference answer and the annotated
     supporting facts. Labels never reach the local verifier or the policy.
@@ -49,7 +50,7 @@ FALLBACKS = ("zero", "midpoint", "heuristic", "skip")
 # Smallest valid value of the numeric VerifierConfig fields (timeout_s must be > 0).
 _LOWER_BOUNDS = {"max_concurrency": 1, "max_retries": 0, "backoff_s": 0,
                  "max_new_tokens": 1, "batch_size": 1, "temperature": 0,
-                 "max_section_chars": 100}
+                 "max_section_chars": 100, "global_history_tokens": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +86,11 @@ class VerifierConfig:
       protocol (Appendix F.1), this is our decision.
     seed: local_model: PRNG seed for random weights and the (unused when greedy)
       sampling key.
+    global_history_tokens: token budget (backbone tokenizer, the counts H events
+      carry) of the terminal history in the global verifier's input; the newest events
+      that fit are kept, the oldest dropped first and counted (decision: the paper's
+      global verifier reads the terminal H and gives no bound; 4,096 tokens holds a
+      HotpotQA episode's history).
   """
   backend: str = "heuristic"
   base_url: str = ""
@@ -102,6 +108,7 @@ class VerifierConfig:
   temperature: float = 0.0
   max_section_chars: int = 12000
   seed: int = 0
+  global_history_tokens: int = 4096
 
   def __post_init__(self):
     if self.backend not in BACKENDS:
@@ -222,11 +229,17 @@ class GlobalVerifierInput:
     question: the task q.
     final_answer: the task solver's final answer text, None if it gave none.
     observed_evidence: evidence units observed during the trajectory (from H).
-    memory_commands: the ordered memory commands, each with its realized outcome,
-      one line per decision (e.g. 'Add(...) -> accepted: added m3').
+    memory_commands: the ordered memory decisions, each with its realized outcome,
+      one line per decision, ∅ included when the caller passes the episode's
+      decisions (e.g. 'Add(...) -> created m3', '∅ -> no change',
+      'Delete(...) -> rejected: missing_id: ...').
     terminal_ltm: active M entries at termination.
     terminal_context: C items at termination.
     deleted_ltm: soft-deleted M entries at termination (status explicit).
+    terminal_history: the terminal H in order (observations, task actions, tool
+      outputs, conclusions; the policy's own decision records are `memory_commands`),
+      the newest events within the history token budget: oldest dropped first.
+    history_omitted: how many of those H events the budget left out (the oldest).
   """
   question: str
   final_answer: str | None
@@ -235,6 +248,8 @@ class GlobalVerifierInput:
   terminal_ltm: tuple[ItemView, ...] = ()
   terminal_context: tuple[ItemView, ...] = ()
   deleted_ltm: tuple[ItemView, ...] = ()
+  terminal_history: tuple[ItemView, ...] = ()
+  history_omitted: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,6 +33,85 @@ def _truncate_ids(ids: list[int], limit: int) -> list[int]:
   return ids[:head] + ids[len(ids) - (limit - head):]
 
 
+class LocalChatGenerator:
+  """Chat replies from a Flax Qwen model through the project's sampler.
+
+  Shared by the local-model verifier and the evaluation judges (`eval.judges`).
+  Conversations are rendered with the tokenizer's chat template (thinking off),
+  encoded, cut to fit the model's positions (head and tail kept), and decoded in
+  batches of `batch_size`; stop tokens are dropped from the reply text.
+
+  Args:
+    model_config, params: a `QwenConfig` and its parameter tree.
+    tokenizer: a `vermem_jax.tokenization.Tokenizer`.
+    max_new_tokens: reply limit in tokens.
+    temperature: 0 = greedy.
+    batch_size: prompts per `generate` call.
+    seed: PRNG seed of the sampling key (unused when greedy).
+
+  Raises:
+    ValueError: max_new_tokens leaves no room for a prompt.
+  """
+
+  def __init__(self, model_config: Any, params: Any, tokenizer: Any, *,
+               max_new_tokens: int, temperature: float = 0.0, batch_size: int = 16,
+               seed: int = 0):
+    self.model_config = model_config
+    self.params = params
+    self.tokenizer = tokenizer
+    self.max_new_tokens = int(max_new_tokens)
+    self.temperature = float(temperature)
+    self.batch_size = int(batch_size)
+    self._rng = jax.random.PRNGKey(seed)
+    # Room for the reply inside the model's position range.
+    self._max_prompt_tokens = model_config.max_position_embeddings - self.max_new_tokens
+    if self._max_prompt_tokens < 1:
+      raise ValueError(
+          f"max_new_tokens={self.max_new_tokens} leaves no room for a prompt "
+          f"within max_position_embeddings={model_config.max_position_embeddings}")
+
+  def _encode(self, messages: list[dict]) -> list[int]:
+    # enable_thinking=False: Qwen3 templates would otherwise open a <think> block,
+    # which the strict parsers reject; other templates ignore the variable.
+    text = self.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, enable_thinking=False)
+    return _truncate_ids(self.tokenizer.encode(text), self._max_prompt_tokens)
+
+  def complete_many(self, conversations: list[list[dict]]) -> list[str]:
+    """One reply text per conversation, in order."""
+    from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
+    replies: list[str] = []
+    stop = set(self.tokenizer.stop_token_ids)
+    for start in range(0, len(conversations), self.batch_size):
+      chunk = conversations[start:start + self.batch_size]
+      self._rng, key = jax.random.split(self._rng)
+      out = sampling.generate(
+          self.model_config, self.params, [self._encode(m) for m in chunk], rng=key,
+          max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=1.0,
+          stop_token_ids=tuple(sorted(stop)),
+          pad_token_id=self.tokenizer.pad_token_id)
+      tokens = jax.device_get(out.tokens)
+      lengths = jax.device_get(out.lengths)
+      for row, n in zip(tokens, lengths):
+        ids = [int(t) for t in row[: int(n)] if int(t) not in stop]
+        replies.append(self.tokenizer.decode(ids, skip_special_tokens=True))
+    return replies
+
+
+def load_model(checkpoint_path: str, preset: str, seed: int) -> tuple[Any, Any]:
+  """(QwenConfig, params) from an HF folder, else random weights of `preset` (tests).
+
+  Raises:
+    FileNotFoundError: a missing checkpoint folder.
+  """
+  from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
+  if checkpoint_path:
+    from vermem_jax.models import hf_io  # pylint: disable=g-import-not-at-top
+    return hf_io.load_hf_checkpoint(checkpoint_path)
+  model_config = qwen.QwenConfig.preset(preset or DEFAULT_PRESET)
+  return model_config, qwen.init_params(model_config, jax.random.PRNGKey(seed))
+
+
 class LocalModelVerifier(llm.LLMVerifier):
   """LLM verifier on a local Flax Qwen model (greedy by default).
 
@@ -51,52 +130,22 @@ class LocalModelVerifier(llm.LLMVerifier):
   def __init__(self, config: base.VerifierConfig, *, model_config: Any = None,
                params: Any = None, tokenizer: Any = None):
     super().__init__(config)
-    from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
     from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
     if (model_config is None) != (params is None):
       raise ValueError("LocalModelVerifier: pass both model_config and params, or neither")
     if model_config is None:
-      if config.checkpoint_path:
-        from vermem_jax.models import hf_io  # pylint: disable=g-import-not-at-top
-        model_config, params = hf_io.load_hf_checkpoint(config.checkpoint_path)
-      else:
-        model_config = qwen.QwenConfig.preset(config.model or DEFAULT_PRESET)
-        params = qwen.init_params(model_config, jax.random.PRNGKey(config.seed))
+      model_config, params = load_model(config.checkpoint_path, config.model, config.seed)
     self.model_config = model_config
     self.params = params
     self.tokenizer = tokenizer or tokenization.load_tokenizer(
         config.tokenizer_path or paths.tokenizer_dir())
-    self._rng = jax.random.PRNGKey(config.seed)
-    # Room for the reply inside the model's position range.
-    self._max_prompt_tokens = model_config.max_position_embeddings - config.max_new_tokens
-    if self._max_prompt_tokens < 1:
-      raise ValueError(
-          f"verifier.max_new_tokens={config.max_new_tokens} leaves no room for a prompt "
-          f"within max_position_embeddings={model_config.max_position_embeddings}")
-
-  def _encode(self, messages: list[dict]) -> list[int]:
-    # enable_thinking=False: Qwen3 templates would otherwise open a <think> block,
-    # which the strict parser rejects; other templates ignore the variable.
-    text = self.tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, enable_thinking=False)
-    return _truncate_ids(self.tokenizer.encode(text), self._max_prompt_tokens)
+    try:
+      self._generator = LocalChatGenerator(
+          model_config, params, self.tokenizer, max_new_tokens=config.max_new_tokens,
+          temperature=config.temperature, batch_size=config.batch_size,
+          seed=config.seed)
+    except ValueError as e:
+      raise ValueError(f"verifier.{e}") from e
 
   def _complete(self, conversations):
-    from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
-    replies: list[str | llm.BackendError] = []
-    stop = set(self.tokenizer.stop_token_ids)
-    for start in range(0, len(conversations), self.config.batch_size):
-      chunk = conversations[start:start + self.config.batch_size]
-      self._rng, key = jax.random.split(self._rng)
-      out = sampling.generate(
-          self.model_config, self.params, [self._encode(m) for m in chunk], rng=key,
-          max_new_tokens=self.config.max_new_tokens,
-          temperature=self.config.temperature, top_p=1.0,
-          stop_token_ids=tuple(sorted(stop)),
-          pad_token_id=self.tokenizer.pad_token_id)
-      tokens = jax.device_get(out.tokens)
-      lengths = jax.device_get(out.lengths)
-      for row, n in zip(tokens, lengths):
-        ids = [int(t) for t in row[: int(n)] if int(t) not in stop]
-        replies.append(self.tokenizer.decode(ids, skip_special_tokens=True))
-    return replies
+    return self._generator.complete_many(conversations)

@@ -201,14 +201,26 @@ def global_messages(inp: base.GlobalVerifierInput, max_section_chars: int) -> li
   if facts:
     labels.append("Annotated supporting facts:\n"
                   + _clip(_items(facts), max_section_chars))
+  # Observed evidence already shown in the history section is not repeated.
+  in_history = {ev.ref for ev in inp.terminal_history}
+  observed = [it for it in inp.observed_evidence if it.ref not in in_history]
+  history = []
+  if inp.terminal_history or inp.history_omitted:
+    left_out = (f"; the {inp.history_omitted} oldest events are left out"
+                if inp.history_omitted else "")
+    # Already bounded in tokens (oldest dropped first): no character clip here.
+    history.append(f"Episodic history at the end, oldest first{left_out}:\n"
+                   + _items(inp.terminal_history))
   user = "\n\n".join([
       f"Question:\n{inp.question}",
       *labels,
       f"Final answer given by the agent:\n{answer}",
-      "Evidence observed during the episode:\n"
-      + _clip(_items(inp.observed_evidence), max_section_chars),
-      "Memory commands in order, with outcomes:\n"
+      "Evidence observed during the episode"
+      + (" (beyond the history below)" if history else "") + ":\n"
+      + _clip(_items(observed), max_section_chars),
+      "Memory decisions in order, with outcomes:\n"
       + _clip(commands or "(none)", max_section_chars),
+      *history,
       "Final long-term memory (active entries):\n"
       + _clip(_items(inp.terminal_ltm), max_section_chars),
       "Final long-term memory (deleted entries):\n"

@@ -5,6 +5,11 @@
 PHASE_ORDER = ('sft', 'phase_a', 'phase_b', 'phase_c')
 PREVIOUS_PHASE = {'sft': None, 'phase_a': 'sft', 'phase_b': 'phase_a',
                   'phase_c': 'phase_b'}
+# Configs that evaluate a workdir's policies instead of training one (SPEC §7); they
+# use the full command space and have no reference policy.
+EVAL_CONFIGS = ('eval_hotpotqa',)
+CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS
 # Operation subspace name used by vermem_jax.memory.PHASE_OPS (SPEC §4).
-PHASE_OP_SPACE = {'sft': 'C', 'phase_a': 'A', 'phase_b': 'B', 'phase_c': 'C'}
+PHASE_OP_SPACE = {'sft': 'C', 'phase_a': 'A', 'phase_b': 'B', 'phase_c': 'C',
+                  'eval_hotpotqa': 'C'}
 SCALES = ('tiny', 'paper')

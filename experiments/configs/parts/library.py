@@ -4,7 +4,8 @@ Sections map onto the library's small typed dataclasses with identical key / fie
 names: `library_configs(config)` builds them all (data -> DataConfig, memory ->
 ExecutorConfig, advantage -> AdvantageConfig, reward -> RewardConfig, verifier ->
 VerifierConfig, solver -> SolverConfig, episodes -> ScenarioConfig + EnvConfig,
-batching -> BatchingConfig) and `model_config(config)` the QwenConfig. The sections
+batching -> BatchingConfig, eval.judge -> JudgeConfig) and `model_config(config)` the
+QwenConfig. The sections
 `sampling`, `sft`, `rl`, `eval`, `checkpoint`, `metrics` are read by the trainers.
 The libraries are imported inside the functions: they are heavier than the config layer.
 """
@@ -22,7 +23,8 @@ from vermem_jax import paths
 # dataclass); `library_configs` drops them.
 CONFIG_ONLY_KEYS = {
     'data': ('data_dir',),
-    'solver': ('backend', 'hf_checkpoint'),
+    'solver': ('backend', 'hf_checkpoint', 'base_url', 'model', 'api_key_env',
+               'timeout_s', 'max_retries', 'max_concurrency'),
     'episodes': ('op_space',),
 }
 
@@ -47,8 +49,9 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     {'data': envs.hotpotqa.DataConfig, 'memory': memory.ExecutorConfig (phase =
     episodes.op_space), 'advantage': rl.advantages.AdvantageConfig, 'reward':
     rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
-    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.ScenarioConfig, 'env':
-    envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig}.
+    envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.spec.ScenarioConfig,
+    'env': envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig, 'judge':
+    eval.judges.JudgeConfig (section eval.judge)}.
   Raises:
     ValueError: `config.<section>: <problem>` for an unknown key or a value the
       dataclass rejects.
@@ -56,7 +59,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   # Imported here: the libraries are heavier than the config layer.
   from vermem_jax.envs import environment  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
-  from vermem_jax.envs import scenarios  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.scenarios import spec as scenario_spec  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import task_solvers  # pylint: disable=g-import-not-at-top
   from vermem_jax.memory import config as memory_config  # pylint: disable=g-import-not-at-top
   from vermem_jax.rl import advantages  # pylint: disable=g-import-not-at-top
@@ -81,13 +84,18 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
       'reward': build('reward', rewards.RewardConfig),
       'verifier': build('verifier', verifier_base.VerifierConfig),
       'solver': build('solver', task_solvers.SolverConfig),
-      'episodes': build('episodes', scenarios.ScenarioConfig),
+      'episodes': build('episodes', scenario_spec.ScenarioConfig),
       'batching': build('batching', batching.BatchingConfig),
   }
   try:
     out['env'] = environment.EnvConfig.from_config(config.episodes.to_dict())
   except (ValueError, TypeError) as e:
     raise ValueError(f'config.episodes: {e}') from e
+  from vermem_jax.eval import judges  # pylint: disable=g-import-not-at-top
+  try:
+    out['judge'] = to_dataclass(judges.JudgeConfig, config.eval.judge)
+  except (ValueError, TypeError) as e:
+    raise ValueError(f'config.eval.judge: {e}') from e
   return out
 
 

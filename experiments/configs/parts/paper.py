@@ -143,7 +143,7 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
   c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
   # Optional teacher for the non-template half (paper App. D.2); keys =
-  # envs.sft_data.SFTDataConfig fields. None = templates fill every class.
+  # envs.sft_data.config.SFTDataConfig fields. None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
   c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
   c.sft.teacher_model = ''             # model name served there
@@ -157,6 +157,20 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.batch_size = 64                # SPEC §4
   c.sft.num_epochs = 3                 # SPEC §4
   c.sft.weight_decay = 0.0             # decision: SPEC gives none (HF Trainer default)
+  # decision: SPEC §4 names AdamW only; the PyTorch / HF AdamW defaults.
+  c.sft.adam_b1 = 0.9
+  c.sft.adam_b2 = 0.999
+  c.sft.adam_eps = 1e-8
+  # decision: SPEC §4 gives the warmup ratio only; after warmup, linear decay to 0 (HF
+  # get_linear_schedule_with_warmup). 'linear' | 'cosine' | 'constant' (train/optim.py).
+  c.sft.lr_schedule = 'linear'
+  # Eq. 7 is the sequence NLL -log π(u* | x): each command's token NLLs summed, mean
+  # over commands ('sequence'). 'decision' = each command's per-token mean, then the
+  # mean over commands; 'token' = mean over all command tokens (grpo.NLL_REDUCTIONS).
+  c.sft.loss_reduction = 'sequence'
+  # decision: stop after this many consecutive optimizer steps with a non-finite loss
+  # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).
+  c.sft.max_consecutive_skips = 3
   c.sft.eval_every = 200               # decision: steps between dev evaluations
   c.sft.max_steps = ml_collections.FieldReference(None, field_type=int)  # None = epochs
 
@@ -178,7 +192,7 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   # Greedy internal-dev episodes run at the phase's start (θ_prev) and end for its
   # summary (train/internal_dev.py; decision: 64 of the 800 dev episodes; 0 = off).
   c.rl.internal_dev_episodes = 64
-  c.rl.reference_phase = curriculum.PREVIOUS_PHASE[c.phase] or ''  # SPEC §4 π_ref
+  c.rl.reference_phase = curriculum.PREVIOUS_PHASE.get(c.phase) or ''  # SPEC §4 π_ref
   # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
   #   'learner': recomputed in the learner's forward at the rollout temperature under
   #     stop_gradient. One optimizer step per update makes θ = θ_old there, so ρ = 1
@@ -186,13 +200,45 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   #     distribution and would bias ρ by log(nucleus mass).
   #   'sampler': the sampler's recorded log-probs (the bias above included).
   c.rl.old_logprobs = 'learner'
+  # GRPO passes (SPEC §6 decision; the paper gives no value): num_iterations = μ passes
+  # over each update's rollouts with θ_old and the advantages fixed, each pass split
+  # into mini_batches_per_iteration shuffled mini-batches, one optimizer step each. With
+  # μ = 1 and one mini-batch the ratio is 1 and the clip never acts; μ > 1 makes it live.
+  c.rl.num_iterations = 1
+  c.rl.mini_batches_per_iteration = 1
+  # Temperature of π_θ, π_θold and π_ref in the loss; None = sampling.temperature (as
+  # TRL and Tunix). Decision: top-p is not applied in the loss (a nucleus-truncated π_θ
+  # gives tokens outside the nucleus log-prob -inf; train/rl_learner.py docstring).
+  c.rl.loss_temperature = ml_collections.FieldReference(None, field_type=float)
+  # decision: clamp of log ρ before exp; only guards overflow (|log ρ| = 20 is far
+  # outside any trust region).
+  c.rl.max_log_ratio = 20.0
+  # decision: SPEC §6 gives lr and grad-norm only; the PyTorch / HF AdamW defaults and
+  # a constant rate without warmup ('linear' | 'cosine' | 'constant', train/optim.py).
+  c.rl.adam_b1 = 0.9
+  c.rl.adam_b2 = 0.999
+  c.rl.adam_eps = 1e-8
+  c.rl.lr_schedule = 'constant'
+  c.rl.warmup_ratio = 0.0
+  # decision: stop after this many consecutive optimizer steps with a non-finite loss
+  # or gradient (each is skipped; SPEC §6).
+  c.rl.max_consecutive_skips = 3
+  # Checkpoint selection on the internal-dev set (paper C.8; train/rl_selection.py):
+  # greedy dev episodes every eval_every updates and after the last; the phase's
+  # selected checkpoint is the best score, ties to the later step.
+  c.rl.eval_every = 50                 # decision: the paper gives no cadence
+  # 'r_task' | 'em' | 'f1' | 'sf_recall' | 'm_ans' (rl_selection.SELECTION_METRICS)
+  c.rl.selection_metric = 'r_task'     # decision: SPEC §5's task score
+  c.rl.eval_episodes = 0               # dev episodes scored; 0 = all of episodes.num_dev
 
 
 def _advantage(c: ml_collections.ConfigDict) -> None:
   """Advantages (SPEC §6, paper Table 23)."""
   # Keys = rl.advantages.AdvantageConfig fields.
   c.advantage = ml_collections.ConfigDict()
-  c.advantage.mode = 'full'            # 'full' | 'no_verify' | 'local_only' | 'global_only'
+  # The paper's ablation rows (Table 4; SPEC §6): 'full' (Local+Global), 'no_verify'
+  # (A^task - c), 'plus_local' (A^task + A^local - c), 'plus_global' (A^global - c).
+  c.advantage.mode = 'full'
   c.advantage.std_floor = 0.01         # SPEC §6
   c.advantage.epsilon = 1e-6           # SPEC §6
   c.advantage.advantage_clip = 5.0     # SPEC §6: both advantages in [-5, 5]
@@ -210,6 +256,9 @@ def _reward(c: ml_collections.ConfigDict) -> None:
   # verifiers' rubric parsing, SPEC §5.)
   c.reward = ml_collections.ConfigDict()
   c.reward.delta = 0.5                 # SPEC §5: efficiency gate 1[r^task ≥ δ]
+  # decision: v^coh and v^state of a trajectory the global verifier gave no score
+  # (fallback 'skip'): the scale's midpoint (counted as rollout/global_unscored).
+  c.reward.unscored_global_value = 0.5
 
 
 def _verifier(c: ml_collections.ConfigDict) -> None:
@@ -232,22 +281,34 @@ def _verifier(c: ml_collections.ConfigDict) -> None:
   c.verifier.temperature = 0.0         # frozen verifier, greedy (paper App. F.1)
   c.verifier.max_section_chars = 12000  # decision: prompt section truncation
   c.verifier.seed = 0
+  # decision: tokens of the terminal history H in the global verifier's input (the
+  # paper bounds none); the newest events that fit, oldest dropped first and counted.
+  c.verifier.global_history_tokens = 4096
 
 
 def _solver(c: ml_collections.ConfigDict) -> None:
   """Task solver π_task (SPEC §4)."""
   # Keys = envs.task_solvers.SolverConfig fields + backend, hf_checkpoint.
   c.solver = ml_collections.ConfigDict()
-  c.solver.backend = 'llm'             # 'llm' | 'oracle' (diagnostic stand-in)
+  # 'llm' (in-process Qwen) | 'openai_compatible' (a served model) | 'oracle' (a
+  # diagnostic stand-in that reads the labels; tables mark it so).
+  c.solver.backend = 'llm'
   c.solver.hf_checkpoint = ml_collections.FieldReference(None, field_type=str)  # None = backbone
   c.solver.max_new_tokens = 64         # decision: solver answer length (tokens)
   c.solver.temperature = 0.0           # greedy task solver (paper App. C.3)
   c.solver.top_p = 1.0                 # paper App. C.3
+  # openai_compatible backend (vLLM, SGLang, a hosted API):
+  c.solver.base_url = ''               # endpoint root, e.g. http://127.0.0.1:8000/v1
+  c.solver.model = ''                  # model name served there
+  c.solver.api_key_env = 'VERMEM_SOLVER_API_KEY'  # env var name ('' = no auth)
+  c.solver.timeout_s = 60.0            # decision: seconds per request
+  c.solver.max_retries = 2             # decision: re-sends of a failed request
+  c.solver.max_concurrency = 8         # decision: requests in flight
 
 
 def _episodes(c: ml_collections.ConfigDict) -> None:
   """Episodes (SPEC §4)."""
-  # Keys = envs.scenarios.ScenarioConfig fields + op_space; rollout_limit and
+  # Keys = envs.scenarios.spec.ScenarioConfig fields + op_space; rollout_limit and
   # token_budget also give envs.environment.EnvConfig.
   c.episodes = ml_collections.ConfigDict()
   train, dev = PAPER_EPISODES.get(c.phase, (0, 0))
@@ -273,7 +334,41 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   c.eval.target_success = 40.0         # SPEC §7: S* for TN@S*
   c.eval.target_budget = 2500          # SPEC §7: B* for SR@B*
   c.eval.seeds = (42, 43, 44)          # SPEC §7
-  c.eval.temperature = 0.0             # SPEC §4
+  c.eval.temperature = 0.0             # SPEC §4: the policy decodes greedily
+  # Comma-separated: base, sft, phase_a, phase_b, phase_c, hf:/path, NAME=<entry>;
+  # '' = base + every phase with a checkpoint in the workdir (train/eval_policies.py).
+  c.eval.policies = ''
+  c.eval.num_questions = 0             # per seed, drawn with the seed; 0 = all (paper)
+  # decision: episodes advancing together (one sampler call per step); bounds the
+  # sampler batch and the memory of live episodes. 0 = all questions at once.
+  c.eval.batch_size = 64
+  # Episode success for the frontier: 'auto' = J_judge >= threshold when a judge is
+  # set, else EM = 1; 'em'; 'judge'.
+  c.eval.success_rule = 'auto'
+  c.eval.judge_success_threshold = 0.5  # decision
+  # False: each budget's success from the unbudgeted run (exact under greedy
+  # decoding, eval/frontier.py); True: one hard-budget run per budget.
+  c.eval.frontier_reruns = False
+  c.eval.output_dir = ''               # '' = <workdir>/eval_hotpotqa
+  # Answer / memory-quality judge (paper C.6); keys = eval.judges.JudgeConfig fields.
+  # backend '' = none: J_judge and MQ are reported absent.
+  c.eval.judge = ml_collections.ConfigDict()
+  c.eval.judge.backend = ''            # '' | 'openai_compatible' | 'local_model'
+  c.eval.judge.base_url = ''           # openai_compatible: endpoint root (…/v1)
+  c.eval.judge.model = ''              # the judge model (paper: a fixed Qwen-Max snapshot)
+  c.eval.judge.api_key_env = 'VERMEM_JUDGE_API_KEY'  # env var name; key never logged
+  c.eval.judge.timeout_s = 60.0        # decision: seconds per request
+  c.eval.judge.max_concurrency = 8     # decision: requests in flight
+  c.eval.judge.max_retries = 2         # decision: re-asks after malformed output
+  c.eval.judge.backoff_s = 1.0         # decision: HTTP retry backoff base (seconds)
+  c.eval.judge.fallback = 'zero'       # 'zero' | 'skip' (None); counted either way
+  c.eval.judge.checkpoint_path = ''    # local_model: HF Qwen folder
+  c.eval.judge.tokenizer_path = ''     # local_model: '' = the run's tokenizer
+  c.eval.judge.max_new_tokens = 8      # decision: one number
+  c.eval.judge.batch_size = 16         # local_model: prompts per generate call
+  c.eval.judge.temperature = 0.0       # deterministic judge (paper C.6)
+  c.eval.judge.max_section_chars = 12000  # decision: prompt section truncation
+  c.eval.judge.seed = 0
 
 
 def _checkpoint(c: ml_collections.ConfigDict) -> None:

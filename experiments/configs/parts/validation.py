@@ -19,10 +19,14 @@ from experiments.configs.parts import library
 from experiments.configs.parts import paper
 from vermem_jax import paths
 
-SOLVER_BACKENDS = ('oracle', 'llm')
+SOLVER_BACKENDS = ('oracle', 'llm', 'openai_compatible')  # = train.task_solver_setup's
+SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')  # = train.rl_selection's
+SUCCESS_RULES = ('auto', 'em', 'judge')  # = eval.metrics.SUCCESS_RULES
 KL_ESTIMATORS = ('exact', 'k3')
 OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
-TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.SFTDataConfig's
+TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.config.SFTDataConfig's
+LR_SCHEDULES = ('linear', 'cosine', 'constant')  # = train.optim.LR_SCHEDULES
+NLL_REDUCTIONS = ('token', 'decision', 'sequence')  # = rl.grpo.NLL_REDUCTIONS
 DTYPES = ('float32', 'bfloat16')
 
 
@@ -33,8 +37,8 @@ def _require(cond: bool, field: str, message: str) -> None:
 
 def _check_run(config: ml_collections.ConfigDict) -> None:
   """The top-level fields: phase, scale, seed."""
-  _require(config.phase in curriculum.PHASE_ORDER, 'phase',
-           f'expected one of {curriculum.PHASE_ORDER}')
+  _require(config.phase in curriculum.CONFIG_NAMES, 'phase',
+           f'expected one of {curriculum.CONFIG_NAMES}')
   _require(config.scale in curriculum.SCALES, 'scale',
            f'expected one of {curriculum.SCALES}')
   _require(isinstance(config.seed, int), 'seed', 'must be an int')
@@ -95,8 +99,23 @@ def _check_buckets(config: ml_collections.ConfigDict) -> None:
            f'{s.max_command_tokens}')
 
 
+def _check_optimizer(section: ml_collections.ConfigDict, name: str) -> None:
+  """AdamW moments, schedule and the consecutive non-finite-step limit of sft / rl."""
+  for key in ('adam_b1', 'adam_b2'):
+    _require(0.0 <= section[key] < 1.0, f'{name}.{key}', 'must be in [0, 1)')
+  _require(section.adam_eps > 0, f'{name}.adam_eps', 'must be > 0')
+  _require(section.lr_schedule in LR_SCHEDULES, f'{name}.lr_schedule',
+           f'{section.lr_schedule!r} not in {LR_SCHEDULES}')
+  _require(0.0 <= section.warmup_ratio < 1.0, f'{name}.warmup_ratio', 'must be in [0, 1)')
+  _require(section.max_consecutive_skips >= 1, f'{name}.max_consecutive_skips',
+           'must be >= 1')
+
+
 def _check_sft(config: ml_collections.ConfigDict) -> None:
   t = config.sft
+  _check_optimizer(t, 'sft')
+  _require(t.loss_reduction in NLL_REDUCTIONS, 'sft.loss_reduction',
+           f'{t.loss_reduction!r} not in {NLL_REDUCTIONS}')
   _require(t.num_targets == 8, 'sft.num_targets', 'SPEC §4 has 8 targets (7 tools + ∅)')
   _require(t.train_per_target >= 1, 'sft.train_per_target', 'must be >= 1')
   _require(t.dev_per_target >= 1, 'sft.dev_per_target', 'must be >= 1')
@@ -104,7 +123,6 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(0.0 <= t.min_negative_fraction <= 1.0, 'sft.min_negative_fraction',
            'must be in [0, 1]')
   _require(t.learning_rate > 0, 'sft.learning_rate', 'must be > 0')
-  _require(0.0 <= t.warmup_ratio < 1.0, 'sft.warmup_ratio', 'must be in [0, 1)')
   _require(t.max_grad_norm > 0, 'sft.max_grad_norm', 'must be > 0')
   _require(t.batch_size >= 1, 'sft.batch_size', 'must be >= 1')
   _require(t.num_epochs >= 1, 'sft.num_epochs', 'must be >= 1')
@@ -132,6 +150,12 @@ def _check_model_mesh(config: ml_collections.ConfigDict) -> None:
 
 def _check_rl(config: ml_collections.ConfigDict) -> None:
   r = config.rl
+  _check_optimizer(r, 'rl')
+  for key in ('num_iterations', 'mini_batches_per_iteration'):
+    _require(isinstance(r[key], int) and r[key] >= 1, f'rl.{key}', 'must be an int >= 1')
+  _require(r.loss_temperature is None or r.loss_temperature > 0, 'rl.loss_temperature',
+           'must be > 0 (None = sampling.temperature)')
+  _require(r.max_log_ratio > 0, 'rl.max_log_ratio', 'must be > 0')
   _require(r.num_updates >= 0, 'rl.num_updates', 'must be >= 0')
   _require(r.tasks_per_update >= 1, 'rl.tasks_per_update', 'must be >= 1')
   _require(r.rollouts_per_task >= 2, 'rl.rollouts_per_task',
@@ -150,9 +174,16 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
            f'must be an int >= 0 (0 = off), got {r.internal_dev_episodes!r}')
   _require(r.old_logprobs in OLD_LOGPROBS_SOURCES, 'rl.old_logprobs',
            f'{r.old_logprobs!r} not in {OLD_LOGPROBS_SOURCES}')
-  previous = curriculum.PREVIOUS_PHASE[config.phase]
+  previous = curriculum.PREVIOUS_PHASE.get(config.phase)
   _require(r.reference_phase == (previous or ''), 'rl.reference_phase',
            f'{config.phase} uses {previous!r} as π_ref (SPEC §4)')
+  _require(isinstance(r.eval_every, int) and r.eval_every >= 1, 'rl.eval_every',
+           f'must be an int >= 1 (updates between internal-dev scores), got '
+           f'{r.eval_every!r}')
+  _require(r.selection_metric in SELECTION_METRICS, 'rl.selection_metric',
+           f'{r.selection_metric!r} not in {SELECTION_METRICS}')
+  _require(isinstance(r.eval_episodes, int) and r.eval_episodes >= 0,
+           'rl.eval_episodes', f'must be an int >= 0 (0 = all), got {r.eval_episodes!r}')
 
 
 def _check_advantage(config: ml_collections.ConfigDict) -> None:
@@ -164,8 +195,15 @@ def _check_advantage(config: ml_collections.ConfigDict) -> None:
 
 
 def _check_solver(config: ml_collections.ConfigDict) -> None:
-  _require(config.solver.backend in SOLVER_BACKENDS, 'solver.backend',
-           f'{config.solver.backend!r} not in {SOLVER_BACKENDS}')
+  s = config.solver
+  _require(s.backend in SOLVER_BACKENDS, 'solver.backend',
+           f'{s.backend!r} not in {SOLVER_BACKENDS}')
+  if s.backend == 'openai_compatible':
+    _require(bool(s.base_url) and bool(s.model), 'solver.base_url',
+             "solver.backend='openai_compatible' needs solver.base_url and solver.model")
+  _require(s.timeout_s > 0, 'solver.timeout_s', 'must be > 0 seconds')
+  _require(s.max_retries >= 0, 'solver.max_retries', 'must be >= 0')
+  _require(s.max_concurrency >= 1, 'solver.max_concurrency', 'must be >= 1')
 
 
 def _check_episodes(config: ml_collections.ConfigDict) -> None:
@@ -178,7 +216,7 @@ def _check_episodes(config: ml_collections.ConfigDict) -> None:
            f'{e.context_budget} != memory.context_budget {m.context_budget}')
   _require(e.token_budget is None or e.token_budget >= 1, 'episodes.token_budget',
            'must be >= 1 token or None')
-  if config.phase != 'sft':
+  if config.phase in curriculum.PHASE_ORDER[1:]:  # the RL phases
     _require(e.num_train >= r.tasks_per_update, 'episodes.num_train',
              f'{e.num_train} episodes < rl.tasks_per_update={r.tasks_per_update}')
 
@@ -190,6 +228,28 @@ def _check_eval(config: ml_collections.ConfigDict) -> None:
   _require(ev.budgets[0] <= ev.target_budget <= ev.budgets[-1], 'eval.target_budget',
            f'B*={ev.target_budget} outside the budget range')
   _require(0.0 <= ev.target_success <= 100.0, 'eval.target_success', 'must be in [0, 100]')
+  seeds = list(ev.seeds) if isinstance(ev.seeds, (tuple, list)) else [ev.seeds]
+  _require(len(seeds) > 0 and all(isinstance(s, int) for s in seeds), 'eval.seeds',
+           f"must be a non-empty tuple of ints, e.g. --config.eval.seeds='(42,43,44)'; "
+           f'got {ev.seeds!r}')
+  _require(len(set(seeds)) == len(seeds), 'eval.seeds', f'repeats a seed: {ev.seeds!r}')
+  _require(ev.temperature == 0.0, 'eval.temperature',
+           'evaluation decodes greedily (paper C.3: temperature 0, top-p 1)')
+  _require(isinstance(ev.num_questions, int) and ev.num_questions >= 0,
+           'eval.num_questions', f'must be an int >= 0 (0 = all), got {ev.num_questions!r}')
+  _require(isinstance(ev.policies, str), 'eval.policies', 'must be a comma-separated str')
+  _require(isinstance(ev.batch_size, int) and ev.batch_size >= 0, 'eval.batch_size',
+           f'must be an int >= 0 (0 = all at once), got {ev.batch_size!r}')
+  _require(ev.success_rule in SUCCESS_RULES, 'eval.success_rule',
+           f'{ev.success_rule!r} not in {SUCCESS_RULES}')
+  if ev.success_rule == 'judge':
+    _require(bool(ev.judge.backend), 'eval.success_rule',
+             "'judge' needs eval.judge.backend")
+  _require(0.0 <= ev.judge_success_threshold <= 1.0, 'eval.judge_success_threshold',
+           'must be in [0, 1]')
+  if config.phase in curriculum.EVAL_CONFIGS:
+    _require(config.solver.temperature == 0.0 and config.solver.top_p == 1.0,
+             'solver.temperature', 'evaluation decodes greedily (temperature 0, top-p 1)')
 
 
 def _check_checkpoint(config: ml_collections.ConfigDict) -> None:

@@ -1,0 +1,268 @@
+"""Tests for vermem_jax.eval.episodes: the held-out HotpotQA episodes (paper C.1-C.4)."""
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+
+from vermem_jax.envs import environment as env
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import task_solvers as ts
+from vermem_jax.eval import episodes
+from vermem_jax.eval import metrics
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory.token_count import count_whitespace_tokens as count
+from vermem_jax.models import sampling
+from vermem_jax.rl import policy as policy_lib
+
+BUDGET = 400
+CFG = mexec.ExecutorConfig(phase='C', context_budget=BUDGET, policy_input_limit=2000)
+
+
+@pytest.fixture(scope='module')
+def examples(hotpotqa_dir):
+  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:6]
+
+
+@pytest.fixture(scope='module')
+def tok(qwen25_tokenizer_dir):
+  from vermem_jax.tokenization import load_tokenizer
+  return load_tokenizer(qwen25_tokenizer_dir)
+
+
+def _run(specs, policy, solver, counter=count, cfg=CFG):
+  return episodes.run(specs, policy, solver, count_tokens=counter, executor_config=cfg)
+
+
+_ENV_ITEM = re.compile(r'current environment item (\S+);')
+
+
+class LabelBlindPolicy:
+  """Deterministic commands built from x_t alone: Add the current passage's first
+  sentence, then Retrieve with the question, then a malformed command, then ∅.
+  Records every input it is given."""
+
+  def __init__(self):
+    self.inputs = []
+    self.calls = 0
+
+  def __call__(self, xs):
+    self.calls += 1
+    self.inputs.extend(xs)
+    out = []
+    for x in xs:
+      step = int(re.search(r'task state: "passage (\d+) of', x).group(1)) - 1
+      m = _ENV_ITEM.search(x)
+      if step == 0 and m:
+        line = next(l for l in x.splitlines() if l.startswith(f'[{m.group(1)} '))
+        text = json.loads(line.split('] ', 1)[1])
+        sentence = text.split(': ', 1)[1].split('. ')[0]
+        out.append(f'Add(content={json.dumps(sentence)}, source_refs=["{m.group(1)}"])')
+      elif step == 1:
+        q = json.loads(re.search(r'question: (".*")', x).group(1))
+        out.append(f'Retrieve(query={json.dumps(q)})')
+      elif step == 2:
+        out.append('please store everything')
+      else:
+        out.append('∅')
+    return [env.PolicyOutput(c, 11, 7) for c in out]
+
+
+class RecordingLLMSolver(ts.TaskSolver):
+  """Stands in for an LLM solver: records exactly the messages an LLM (in-process or
+  HTTP) would receive, answers only when told it is the final call."""
+
+  def __init__(self):
+    self.messages = []
+
+  def solve(self, inputs):
+    out = []
+    for inp in inputs:
+      self.messages.append(ts.solver_messages(inp))
+      out.append(ts.SolverOutput(ts.ANSWER, 'Paris', 'Answer: Paris', 5, 3)
+                 if inp.final else ts.SolverOutput(ts.CONTINUE, None, 'Continue', 5, 1))
+    return out
+
+
+def test_episode_layout(examples):
+  ex = examples[0]
+  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  s0 = spec.initial_state
+  docs = episodes.passages(ex)
+  assert s0.M == () and s0.H == ()  # M_0 and H_0 empty (SPEC §7)
+  assert [it.kind for it in s0.C] == ['instruction', 'observation']
+  assert s0.C[0].protected and s0.C[1].text == docs[0][0]
+  assert s0.env_item_id == s0.C[1].id and s0.q == ex.question
+  assert [o.text for o in spec.observations] == [t for t, _ in docs[1:]]
+  assert spec.max_decisions == len(docs) and spec.answer_from == 0
+  assert s0.forbidden == ()  # no reference in the held-out environment
+  # Passages in the file's order, titles first, every unit id of the paragraph.
+  assert docs[0][0].startswith(ex.context[0].title.split('&')[0])
+  assert docs[1][1][0] == hotpotqa.unit_id(ex.context[1].title, 0)
+  assert not spec.evict_oldest_observations
+  assert episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET,
+                                base=True).evict_oldest_observations
+
+
+def test_episode_ends_when_passages_run_out_and_solver_is_told(examples):
+  ex = examples[1]
+  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  solver = RecordingLLMSolver()
+  (res,) = _run([spec], episodes.base_policy, solver)
+  n = len(episodes.passages(ex))
+  assert res.num_decisions == n and res.terminated_by == 'answer'
+  assert res.final_answer == 'Paris'
+  finals = ['No more information will arrive' in m[1]['content'] for m in solver.messages]
+  assert finals == [False] * (n - 1) + [True]
+
+
+def test_base_issues_no_memory_command_and_keeps_newest_observations(examples):
+  specs = [episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET,
+                                  base=True) for ex in examples]
+  oracle = ts.OracleEvidenceReader.from_examples(examples)
+  results = _run(specs, episodes.base_policy, oracle)
+  for res in results:
+    assert all(d.op == 'Null' and d.accepted and not d.is_tool_call
+               for d in res.decisions)
+    assert res.tool_calls == 0 and res.policy_input_tokens == 0
+    assert res.policy_output_tokens == 0
+    assert all(d.next_state.M == () for d in res.decisions)  # no LTM
+    for d in res.decisions:
+      s = d.next_state
+      assert s.context_tokens() <= BUDGET
+      obs = [it for it in s.C if it.kind == 'observation']
+      if d.observation is not None and obs:
+        assert obs[-1].text == d.observation.text  # the newest observation is in C
+  # Over a whole episode the budget forces evictions: an early passage leaves C.
+  evicted = [res for res in results
+             if res.spec.initial_state.C[1].id not in {it.id for it in res.final_state.C}]
+  assert evicted
+
+
+def test_vermem_episode_keeps_old_items_and_overflows_to_history(examples):
+  ex = examples[0]
+  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  (res,) = _run([spec], episodes.base_policy, RecordingLLMSolver())
+  # Without eviction the first passage stays; later passages that do not fit are in H.
+  assert res.final_state.C[1].id == spec.initial_state.C[1].id
+  assert any(v.kind == 'context_overflow' for d in res.decisions for v in d.violations)
+
+
+def test_tc_ignores_null_and_counts_executed_and_rejected_apart(examples):
+  ex = examples[2]
+  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  policy = LabelBlindPolicy()
+  (res,) = _run([spec], policy, RecordingLLMSolver())
+  rec = metrics.episode_record(res, policy='scripted', seed=0)
+  ops = [d.op for d in res.decisions]
+  assert ops[:3] == ['Add', 'Retrieve', 'Invalid'] and set(ops[3:]) == {'Null'}
+  # The Retrieve would overflow C (the passages fill it): rejected, still a tool call.
+  assert res.decisions[0].accepted and not res.decisions[1].accepted
+  assert 'context_overflow' in res.decisions[1].transition_message
+  # Two tool calls (Add, Retrieve); ∅ and the unparseable text are not tool calls.
+  assert rec['tc'] == 2 and rec['tc_executed'] == 1 and rec['tc_rejected'] == 1
+  assert rec['invalid'] == 2 and rec['decisions'] == len(ops)
+  assert rec['op_counts'] == {'Add': 1, 'Invalid': 1, 'Null': len(ops) - 3,
+                              'Retrieve': 1}
+
+
+def _fake_generate(tok, command):
+  ids = tok.encode(command) + [tok.eos_token_id]
+
+  def generate(config, params, prompts, *, rng, max_new_tokens, temperature, top_p,
+               stop_token_ids, pad_token_id, prompt_buckets=None):
+    assert temperature == 0.0 and top_p == 1.0  # greedy evaluation
+    toks = np.full((len(prompts), max_new_tokens), pad_token_id, np.int32)
+    toks[:, :len(ids)] = ids
+    return sampling.GenerationOutput(
+        tokens=toks, logprobs=np.zeros(toks.shape, np.float32),
+        lengths=np.full((len(prompts),), len(ids), np.int32))
+  return generate
+
+
+def test_tn_equals_a_hand_count_with_prompts_counted_at_every_call(examples, tok):
+  from vermem_jax.models import qwen
+  ex = examples[3]
+  spec = episodes.build_episode(ex, count_tokens=tok.count_tokens, context_budget=BUDGET)
+  sampler = policy_lib.SamplerPolicy(
+      qwen.QwenConfig.preset('tiny'), {}, tok, greedy=True,
+      sampling_config=policy_lib.PolicySamplingConfig(max_command_tokens=8),
+      generate_fn=_fake_generate(tok, '∅'))
+  bound = lambda xs: sampler(xs, 0)  # noqa: E731
+  oracle = ts.OracleEvidenceReader.from_examples([ex], tokenizer=tok)
+  (res,) = _run([spec], bound, oracle, counter=tok.count_tokens)
+  assert res.num_decisions >= 2
+  hand = 0
+  per_call_policy = []
+  for d in res.decisions:
+    prompt = policy_lib.policy_prompt_ids(tok, d.policy_input)
+    per_call_policy.append(len(prompt))
+    hand += len(prompt) + len(tok.encode('∅')) + 1
+    inp = env.solver_input(spec, d.state_after_memory,
+                           final=d.step >= len(spec.observations))
+    hand += len(tok.encode(ts.render_solver_prompt(tok, inp)))
+    hand += len(tok.encode(d.solver_output.text)) + 1
+  rec = metrics.episode_record(res, policy='p', seed=0)
+  assert rec['tn'] == hand == res.online_tokens
+  # The instruction and question are re-sent at every call and counted each time.
+  instruction = len(tok.encode(episodes.INSTRUCTION_TEXT))
+  assert all(n > instruction for n in per_call_policy)
+  assert sum(per_call_policy) > instruction * len(per_call_policy)
+
+
+def test_no_label_reaches_a_policy_or_llm_solver_input(examples):
+  """Every policy input and every LLM-solver message is identical when the labels
+  (answer, supporting facts) change, and a sentinel answer never appears."""
+  sentinel = 'QZX-SENTINEL-ANSWER-7731'
+
+  def relabel(ex):
+    units = [u.id for u in hotpotqa.evidence_units(ex)]
+    sup = tuple(hotpotqa.parse_unit_id(u) for u in units[-2:])
+    return dataclasses.replace(ex, answer=sentinel, supporting_facts=sup)
+
+  runs = []
+  for exs in (examples, [relabel(ex) for ex in examples]):
+    for base in (False, True):
+      specs = [episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET,
+                                      base=base) for ex in exs]
+      policy = LabelBlindPolicy()
+      solver = RecordingLLMSolver()
+      _run(specs, episodes.base_policy if base else policy, solver)
+      runs.append((policy.inputs, solver.messages))
+  assert runs[0] == runs[2] and runs[1] == runs[3]
+  assert runs[0][0] and runs[0][1] and runs[1][1]
+  for policy_inputs, solver_messages in runs:
+    texts = policy_inputs + [m['content'] for ms in solver_messages for m in ms]
+    assert not any(sentinel in t for t in texts)
+  # Every policy call of the scripted run was batched across the live episodes.
+  assert len(runs[0][0]) == sum(len(episodes.passages(ex)) for ex in examples)
+
+
+def test_batched_one_policy_call_per_step(examples):
+  specs = [episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+           for ex in examples]
+  policy = LabelBlindPolicy()
+  _run(specs, policy, RecordingLLMSolver())
+  assert policy.calls == max(len(episodes.passages(ex)) for ex in examples)
+
+
+def test_select_questions_fixed_per_seed(examples):
+  a = episodes.select_questions(examples, 3, seed=42)
+  assert [e.id for e in a] == [e.id for e in episodes.select_questions(examples, 3, 42)]
+  assert len(a) == 3 and len({e.id for e in a}) == 3
+  assert [e.id for e in episodes.select_questions(examples, 0, 1)] == [
+      e.id for e in examples]
+  assert len(episodes.select_questions(examples, 99, 1)) == len(examples)
+  assert any([e.id for e in episodes.select_questions(examples, 3, s)] !=
+             [e.id for e in a] for s in (43, 44, 45))
+  with pytest.raises(ValueError):
+    episodes.select_questions(examples, -1, 0)
+
+
+def test_check_greedy():
+  episodes.check_greedy(0.0, 1.0, 'sampling')
+  with pytest.raises(ValueError, match='greedily'):
+    episodes.check_greedy(0.7, 1.0, 'sampling')
+  with pytest.raises(ValueError, match='greedily'):
+    episodes.check_greedy(0.0, 0.95, 'solver')

@@ -1,0 +1,181 @@
+"""End-to-end tests of the HotpotQA evaluation (vermem_jax.train.evaluate, the CLI)."""
+import json
+import os
+import subprocess
+import sys
+
+import chat_server
+import jax
+import pytest
+
+from experiments.configs import common
+from vermem_jax.models import qwen
+from vermem_jax.train import checkpoints
+from vermem_jax.train import eval_policies
+from vermem_jax.train import evaluate
+from vermem_jax.train import setup as setup_lib
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def eval_config(tmp_path, **eval_fields):
+  c = common.get_config('eval_hotpotqa')
+  c.sampling.max_command_tokens = 16   # a random model never stops early: keep it short
+  c.eval.num_questions = 2
+  c.eval.seeds = (42,)
+  c.eval.budgets = (1000, 2000, 4000, 8000)
+  c.eval.target_budget = 2000
+  c.eval.output_dir = str(tmp_path / 'out')
+  for k, v in eval_fields.items():
+    c.eval[k] = v
+  return c
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+  """A workdir whose SFT phase holds one random tiny checkpoint."""
+  wd = tmp_path_factory.mktemp('wd')
+  c = common.get_config('sft')
+  params = qwen.init_params(setup_lib.model_config_from(c), jax.random.PRNGKey(0))
+  with checkpoints.PhaseCheckpointManager(wd / 'sft') as m:
+    m.save(checkpoints.TrainState(step=3, params=params))
+  return str(wd)
+
+
+def _jsonl(path):
+  with open(path) as f:
+    return [json.loads(l) for l in f]
+
+
+def test_base_and_a_phase_twice_identical(tmp_path, workdir):
+  c = eval_config(tmp_path)
+  first = evaluate.run_evaluation(c, workdir)
+  recs = _jsonl(first['paths']['jsonl'])
+  again = evaluate.run_evaluation(c, workdir)
+  assert _jsonl(again['paths']['jsonl']) == recs  # same seed, same results
+  assert again['aggregate'] == first['aggregate']
+  # Default policies: Base + every phase with a checkpoint.
+  assert sorted({r['policy'] for r in recs}) == ['base', 'sft']
+  assert len(recs) == 4 and {r['seed'] for r in recs} == {42}
+  assert all(r['budget'] is None for r in recs)
+  base = [r for r in recs if r['policy'] == 'base']
+  assert all(s['op'] == 'Null' and s['policy_input_tokens'] == 0
+             for r in base for s in r['steps'])
+  assert all(r['tc'] == 0 and r['tn_policy'] == 0 and r['final_ltm'] == [] for r in base)
+  sft = [r for r in recs if r['policy'] == 'sft']
+  assert all(s['policy_input_tokens'] > 0 for r in sft for s in r['steps'])
+  assert [r['question_id'] for r in base] == [r['question_id'] for r in sft]
+  assert all(r['tn'] == sum(s['policy_input_tokens'] + s['policy_output_tokens']
+                            + s['solver_input_tokens'] + s['solver_output_tokens']
+                            for s in r['steps']) for r in recs)
+  # Files and labels.
+  paths = first['paths']
+  for key in ('md', 'csv', 'json', 'jsonl', 'frontier'):
+    assert os.path.getsize(paths[key]) > 0
+  assert any(p.endswith('bars_em.png') for p in paths['bars'])
+  table = first['table']
+  assert 'DIAGNOSTIC' in table and 'J_judge and MQ are absent' in table
+  data = json.load(open(paths['json']))
+  assert data['meta']['policies']['sft'][0]['step'] == 3
+  assert data['aggregate']['base']['j_judge']['mean'] is None
+  curve = data['aggregate']['base']['frontier']['mean']
+  assert len(curve) == 4 and curve == sorted(curve)
+
+
+def test_frontier_reruns_match_the_derived_curve(tmp_path, workdir):
+  derived = evaluate.run_evaluation(eval_config(tmp_path, policies='base'), workdir)
+  derived_recs = _jsonl(derived['paths']['jsonl'])
+  # One episode at a time (eval.batch_size=1) and every budget rerun.
+  rerun = evaluate.run_evaluation(
+      eval_config(tmp_path, policies='base', frontier_reruns=True, batch_size=1),
+      workdir)
+  d, r = (x['aggregate']['base']['frontier']['mean'] for x in (derived, rerun))
+  assert d == r
+  recs = _jsonl(rerun['paths']['jsonl'])
+  assert [x for x in recs if x['budget'] is None] == derived_recs
+  assert sorted({x['budget'] for x in recs if x['budget']}) == [1000, 2000, 4000, 8000]
+  # Hard budgets: a rerun record never spends more than its budget on a success.
+  assert all(x['tn'] <= x['budget'] for x in recs if x['budget'] and x['success'])
+
+
+def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
+  def respond(n, body):
+    msgs = body['messages']
+    if 'grade answers' in msgs[0]['content']:
+      return '0.9'
+    if 'long-term memory' in msgs[0]['content']:
+      return '0.4 since it is empty'  # malformed: retried, then the fallback
+    user = msgs[1]['content']
+    return 'Answer: Paris' if 'No more information' in user else 'Continue'
+
+  server = chat_server.LoopbackChatServer(respond)
+  monkeypatch.setenv('VERMEM_JUDGE_API_KEY', 'k')
+  monkeypatch.setenv('VERMEM_SOLVER_API_KEY', 'k')
+  try:
+    c = eval_config(tmp_path, policies='base')
+    c.eval.judge.backend = 'openai_compatible'
+    c.eval.judge.base_url = server.url
+    c.eval.judge.model = 'judge'
+    c.eval.judge.max_retries = 1
+    c.eval.judge.backoff_s = 0.0
+    c.solver.backend = 'openai_compatible'
+    c.solver.base_url = server.url
+    c.solver.model = 'solver'
+    res = evaluate.run_evaluation(c, workdir)
+  finally:
+    server.close()
+  base = res['aggregate']['base']
+  assert base['j_judge']['mean'] == pytest.approx(0.9)
+  assert base['mq']['mean'] == 0.0 and base['mq_fallbacks']['mean'] == 2
+  recs = _jsonl(res['paths']['jsonl'])
+  assert all(r['answer'] == 'Paris' and r['success'] for r in recs)  # judge rule
+  assert 'OpenAI-compatible server' in res['table'] and 'DIAGNOSTIC' not in res['table']
+  data = json.load(open(res['paths']['json']))
+  assert data['meta']['success_rule'] == 'judge'
+  assert data['meta']['judge_counters']['fallbacks'] == 2
+
+
+def test_policy_entries():
+  wd = '/nonexistent'
+  got = eval_policies.parse_policies('base, phase_b,q=hf:/ckpt/q7,hf:/x/y/', wd)
+  assert [(p.label, p.kind, p.where) for p in got] == [
+      ('base', 'base', ''), ('phase_b', 'phase', 'phase_b'), ('q', 'hf', '/ckpt/q7'),
+      ('hf:y', 'hf', '/x/y/')]
+  assert [p.label for p in eval_policies.parse_policies('', wd)] == ['base']
+  with pytest.raises(ValueError, match='unknown entry'):
+    eval_policies.parse_policies('base,phase_x', wd)
+  with pytest.raises(ValueError, match='duplicate'):
+    eval_policies.parse_policies('base,base', wd)
+
+
+def test_per_seed_workdirs(tmp_path):
+  os.makedirs(tmp_path / 'seed_43')
+  assert eval_policies.seed_workdir(str(tmp_path), 43) == str(tmp_path / 'seed_43')
+  assert eval_policies.seed_workdir(str(tmp_path), 42) == str(tmp_path)
+
+
+def _cli(*args):
+  return subprocess.run(
+      [sys.executable, 'experiments/run.py', '--config=eval_hotpotqa.py', *args],
+      cwd=REPO, capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=REPO))
+
+
+def test_cli_runs_dry_runs_and_rejects(tmp_path, workdir):
+  out = _cli(f'--workdir={workdir}', '--dry_run')
+  assert out.returncode == 0, out.stderr
+  assert 'plan: evaluate base, sft (seed 42' in out.stdout
+  out = _cli(f'--workdir={tmp_path}', '--config.eval.policies=base',
+             '--config.eval.num_questions=1', f'--config.eval.output_dir={tmp_path}/o')
+  assert out.returncode == 0, out.stderr
+  assert '| base |' in out.stdout and 'evaluation written to' in out.stdout
+  out = _cli(f'--workdir={tmp_path}', '--config.eval.policies=base,phase_z', '--dry_run')
+  assert out.returncode == 2 and 'phase_z' in out.stderr
+
+
+def test_missing_phase_checkpoint_is_named(tmp_path):
+  sources = eval_policies.parse_policies('base,phase_c', str(tmp_path))
+  with pytest.raises(checkpoints.CheckpointError, match='phase_c'):
+    eval_policies.check_available(sources, str(tmp_path))
+  with pytest.raises(ValueError, match='not a directory'):
+    eval_policies.check_available(
+        eval_policies.parse_policies(f'hf:{tmp_path}/none', str(tmp_path)), str(tmp_path))

@@ -1,0 +1,81 @@
+"""Tests for vermem_jax.train.rl_selection: internal-dev scoring of RL checkpoints."""
+import json
+
+import pytest
+
+from vermem_jax.envs import environment as env
+from vermem_jax.envs import episodes as ep
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import task_solvers as ts
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory.token_count import count_whitespace_tokens as count
+from vermem_jax.train import checkpoints
+from vermem_jax.train import rl_selection
+
+
+@pytest.fixture(scope='module')
+def dev_specs(hotpotqa_dir):
+  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  _, dev = hotpotqa.split_train_pools(examples)
+  cfg = ep.ScenarioConfig(num_dev=4, context_budget=2048)
+  return ep.build_episodes(dev, 'B', count_tokens=count, config=cfg, split='dev'), dev
+
+
+def test_reference_commands_score_higher_than_null(dev_specs):
+  specs, dev = dev_specs
+  oracle = ts.OracleEvidenceReader.from_examples(dev)
+  cfg = mexec.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
+  kw = dict(count_tokens=count, executor_config=cfg, env_config=env.EnvConfig(),
+            seed=0, metric='r_task')
+  null = rl_selection.dev_evaluation(specs, lambda xs, rng: ['∅'] * len(xs), oracle,
+                                     **kw)
+  first = {}
+
+  def reference(xs, rng):
+    out = []
+    for x in xs:
+      spec = next(s for s in specs if json.dumps(s.initial_state.q) in x)
+      out.append(spec.reference_command if spec.episode_id not in first else '∅')
+      first[spec.episode_id] = True
+    return out
+
+  ref = rl_selection.dev_evaluation(specs, reference, oracle, **kw)
+  assert ref['dev/score'] == ref['dev/r_task'] and ref['dev/episodes'] == 4.0
+  assert ref['dev/score'] > null['dev/score']
+  assert 0.0 <= null['dev/m_ans'] <= null['dev/r_task'] <= 1.0
+  assert null['dev/tool_calls'] == 0.0 and null['dev/invalid_rate'] == 0.0
+  em = rl_selection.dev_evaluation(specs, lambda xs, rng: ['∅'] * len(xs), oracle,
+                                   **dict(kw, metric='em'))
+  assert em['dev/score'] == em['dev/em']
+
+
+def test_episode_scores_hand_case(dev_specs):
+  specs, _ = dev_specs
+  spec = specs[0]
+  gold = spec.example.answer
+  rec = env.DecisionRecord(
+      step=0, policy_input='x', policy_output=env.PolicyOutput('junk'), op='Invalid',
+      accepted=False, violations=(), cost=1.0, is_tool_call=False,
+      transition_message='', state=spec.initial_state,
+      state_after_memory=spec.initial_state, next_state=spec.initial_state,
+      solver_output=ts.SolverOutput(ts.ANSWER, gold, f'Answer: {gold}'),
+      observation=None)
+  rec2 = env.DecisionRecord(**{**rec.__dict__, 'step': 1, 'cost': 0.0, 'op': 'Null',
+                               'accepted': True})
+  res = env.EpisodeResult(spec=spec, decisions=(rec, rec2),
+                          final_state=spec.initial_state, final_answer=gold,
+                          terminated_by='answer',
+                          policy_input_tokens=0, policy_output_tokens=0,
+                          solver_input_tokens=0, solver_output_tokens=0, task_steps=2,
+                          tool_calls=0)
+  s = rl_selection.episode_scores(res)
+  assert s['em'] == 1.0 and s['f1'] == 1.0 and s['r_task'] == 1.0
+  assert s['m_ans'] == pytest.approx(0.5)  # 1 - mean cost (1 + 0) / 2
+
+
+def test_metric_checks_and_eval_steps():
+  with pytest.raises(ValueError, match='selection_metric'):
+    rl_selection.check_metric('j_judge')  # held-out judges never select
+  assert [n for n in range(1, 8) if rl_selection.is_eval_step(n, 7, 3)] == [3, 6, 7]
+  assert rl_selection.selection_metrics({'dev/score': 0.25}, 6) == {
+      checkpoints.RL_SELECTION_SCORE: 0.25, checkpoints.RL_SELECTION_STEP: 6}

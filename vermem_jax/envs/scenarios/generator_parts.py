@@ -1,0 +1,88 @@
+"""What the phase generators share: the skip signal, document caps, observations.
+
+SPEC §4, paper Appendix D.4. The phase generators (`phase_a`, `phase_b`, `phase_c`)
+share one contract:
+
+    generate(view, family, rng, count_tokens, cfg)
+      view: views.ExampleView; family: one of spec.FAMILIES[phase]; rng: the
+        episode's random.Random; count_tokens: `str -> int` backbone token counter
+        (tokens); cfg: spec.ScenarioConfig.
+      returns (StateBuilder, schedule: list of environment.Observation, reference
+        Command, is_recovery: bool, answer context: spec.CONTEXT_FROM_LTM (Phase A)
+        or spec.CONTEXT_FROM_ACTIVE (B, C));
+      raises `Skip` when the family does not apply to the example (no number to
+      correct, too few documents, nothing fits the budget).
+
+`build.build_episode` turns that into a ScenarioSpec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vermem_jax.envs import environment
+from vermem_jax.envs.scenarios.initial_state import QUERY_PREFIX, TASK_STATES, fits
+
+
+class Skip(Exception):
+  """The family does not apply to this example (e.g. no number to correct)."""
+
+
+def budget_and_cap(cfg):
+  """C's budget and the token cap of one document (a quarter of the budget at most,
+  so the evidence and some distractors fit together)."""
+  budget = cfg.context_budget
+  return budget, max(1, min(cfg.max_doc_tokens, budget // 4))
+
+
+def capped_docs(view, count_tokens, cap, which):
+  """The view's gold docs (`which='gold'`) or related distractors (most related
+  first) of at most `cap` tokens."""
+  docs = view.gold_docs if which == 'gold' else view.related_distractors()
+  return [d for d in docs if view.tokens(d.text, count_tokens) <= cap]
+
+
+def fact_obs(fact):
+  """One supporting sentence as an observation citing its unit."""
+  return environment.Observation(text=fact.text, source_refs=(fact.unit_id,))
+
+
+def doc_obs(doc):
+  """A whole document as an observation citing its units."""
+  return environment.Observation(text=doc.text, source_refs=doc.unit_ids)
+
+
+def query_obs(example):
+  """The delayed query: the last observation of every schedule."""
+  return environment.Observation(
+      text=QUERY_PREFIX + example.question, task_state=TASK_STATES['query'])
+
+
+def distractor_sentences(view, rng, k):
+  """`k` random distractor sentences as observations (Phase A schedules)."""
+  pool = [(d, i) for d in view.distractor_docs for i in range(len(d.sentences))]
+  rng.shuffle(pool)
+  return [environment.Observation(text=d.fact_text(i), source_refs=(d.unit_ids[i],))
+          for d, i in pool[:k]]
+
+
+def interleave(rng, main, extra):
+  """`main` in order with `extra` inserted at random positions (never first)."""
+  out = list(main)
+  for ob in extra:
+    out.insert(rng.randint(1, len(out)), ob)
+  return out
+
+
+def fill_distractors(b, docs, budget, target_tokens, *, current_last=True):
+  """Adds distractor docs to C (and H) until C reaches `target_tokens`."""
+  added = []
+  for d in docs:
+    if b.context_tokens() >= target_tokens:
+      break
+    if not fits(b, d.text, budget):
+      continue
+    added.append((d, b.observe(d.text, d.unit_ids)))
+  if added and current_last:
+    b.state = dataclasses.replace(b.state, env_item_id=added[-1][1][1])
+  return added

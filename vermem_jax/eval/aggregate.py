@@ -1,0 +1,199 @@
+"""Seed aggregation and result tables (paper C.8; SPEC §7).
+
+Each seed is evaluated separately; `aggregate` turns {seed: {policy: summary}} (the
+`eval.metrics.summarize` dicts, plus each seed's frontier curve) into mean ± std per
+policy and metric (sample std, ddof=1; none for a single seed), and the writers
+produce:
+
+  results.md    a Markdown table (one row per policy) headed by the task solver's
+                label — the oracle-evidence reader is marked as a diagnostic there —
+                and whether a judge ran (J_judge / MQ are "absent" without one);
+  results.csv   the same numbers, one row per policy, mean and std columns;
+  results.json  every figure: per-seed summaries, means, stds, frontier curves.
+
+Units in the tables: J_judge and MQ in [0, 1] (as paper Table 5; Table 2 prints
+100·J_judge), EM, F1, SF recall, success rate, invalid rate and SR@B* in percent,
+TN and TN@S* in tokens, TC in calls per episode.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from vermem_jax.eval import frontier
+
+# (summary key, column header, scale applied before printing, decimals).
+TABLE_METRICS = (
+    ('j_judge', 'J_judge', 1.0, 3),
+    ('mq', 'MQ', 1.0, 3),
+    ('em', 'EM %', 100.0, 1),
+    ('f1', 'F1 %', 100.0, 1),
+    ('sf_recall', 'SF recall %', 100.0, 1),
+    ('success_rate', 'SR %', 1.0, 1),
+    ('tn', 'TN', 1.0, 0),
+    ('tc', 'TC', 1.0, 2),
+    ('tc_executed', 'TC exec', 1.0, 2),
+    ('tc_rejected', 'TC rej', 1.0, 2),
+    ('invalid_rate', 'invalid %', 100.0, 1),
+    ('sr_at_budget', 'SR@B* %', 1.0, 1),
+    ('tn_at_target', 'TN@S*', 1.0, 0),
+)
+ABSENT = 'absent'
+
+
+def _stats(values: Sequence[Optional[float]]) -> dict[str, Any]:
+  vals = [float(v) for v in values if v is not None]
+  if not vals:
+    return {'mean': None, 'std': None, 'n': 0, 'values': list(values)}
+  arr = np.asarray(vals, np.float64)
+  std = float(arr.std(ddof=1)) if len(vals) > 1 else None
+  return {'mean': float(arr.mean()), 'std': std, 'n': len(vals), 'values': list(values)}
+
+
+def aggregate(per_seed: Mapping[int, Mapping[str, Mapping[str, Any]]], *,
+              budgets: Sequence[int], target_success: float, target_budget: float
+              ) -> dict[str, dict[str, Any]]:
+  """Mean ± std over seeds per policy.
+
+  Args:
+    per_seed: seed -> policy -> summary (`metrics.summarize`), each summary holding
+      'frontier_curve' (success rate in percent at each budget) when a frontier was
+      computed.
+    budgets: the evaluated budgets of the curves.
+    target_success, target_budget: S* and B*.
+
+  Returns:
+    policy -> {metric: {'mean', 'std', 'n', 'values'} for every numeric summary key,
+    'op_mix': {op: stats}, 'frontier': {'budgets', 'mean', 'std', 'tn_at_target',
+    'sr_at_budget'} (on the mean curve, paper C.7) or None}. TN@S* / SR@B* of the mean
+    curve are also given as the metrics 'tn_at_target' / 'sr_at_budget' (std over the
+    per-seed curves' values).
+  """
+  policies: list[str] = []
+  for by_policy in per_seed.values():
+    for p in by_policy:
+      if p not in policies:
+        policies.append(p)
+  out: dict[str, dict[str, Any]] = {}
+  seeds = sorted(per_seed)
+  for p in policies:
+    rows = [per_seed[s][p] for s in seeds if p in per_seed[s]]
+    keys = sorted({k for r in rows for k, v in r.items()
+                   if isinstance(v, (int, float)) or v is None} - {'seed'})
+    entry: dict[str, Any] = {k: _stats([r.get(k) for r in rows]) for k in keys}
+    ops = sorted({op for r in rows for op in (r.get('op_mix') or {})})
+    entry['op_mix'] = {op: _stats([(r.get('op_mix') or {}).get(op, 0.0) for r in rows])
+                       for op in ops}
+    curves = [r['frontier_curve'] for r in rows if r.get('frontier_curve') is not None]
+    entry['frontier'] = None
+    if curves:
+      mean, std = frontier.mean_std(curves)
+      entry['frontier'] = dict(frontier.summarize_curve(
+          budgets, mean, target_success=target_success, target_budget=target_budget),
+                               mean=mean, std=std)
+      per = [frontier.summarize_curve(budgets, c, target_success=target_success,
+                                      target_budget=target_budget) for c in curves]
+      for key in ('tn_at_target', 'sr_at_budget'):
+        st = _stats([x[key] for x in per])
+        st['mean'] = entry['frontier'][key]  # of the mean curve (paper C.7)
+        entry[key] = st
+    out[p] = entry
+  return out
+
+
+def _fmt(stats: Optional[Mapping[str, Any]], scale: float, decimals: int) -> str:
+  if not stats or stats.get('mean') is None:
+    return '—'
+  mean = stats['mean'] * scale
+  text = f'{mean:.{decimals}f}'
+  if stats.get('std') is not None:
+    text += f' ± {stats["std"] * scale:.{decimals}f}'
+  return text
+
+
+def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
+                   judge_label: Optional[str], num_questions: Mapping[str, Any],
+                   seeds: Sequence[int], title: str = 'HotpotQA validation') -> str:
+  """The results table in Markdown (module docstring for units)."""
+  lines = [f'### {title}', '',
+           f'Task solver: {solver_label}',
+           'Judge: ' + (judge_label or f'none — J_judge and MQ are {ABSENT}'),
+           f'Seeds: {", ".join(str(s) for s in seeds)}; questions per seed: '
+           + ', '.join(f'{k}: {v}' for k, v in num_questions.items()), '']
+  head = ['policy'] + [h for _, h, _, _ in TABLE_METRICS]
+  lines.append('| ' + ' | '.join(head) + ' |')
+  lines.append('|' + '|'.join(['---'] * len(head)) + '|')
+  for p, entry in agg.items():
+    cells = [p]
+    for key, _, scale, dec in TABLE_METRICS:
+      cells.append(_fmt(entry.get(key), scale, dec))
+    lines.append('| ' + ' | '.join(cells) + ' |')
+  ops = sorted({op for e in agg.values() for op in e.get('op_mix', {})})
+  if ops:
+    lines += ['', 'Operation mix (% of decisions):', '',
+              '| policy | ' + ' | '.join(ops) + ' |',
+              '|' + '|'.join(['---'] * (len(ops) + 1)) + '|']
+    for p, entry in agg.items():
+      mix = entry.get('op_mix', {})
+      lines.append('| ' + p + ' | ' + ' | '.join(
+          _fmt(mix.get(op), 100.0, 1) for op in ops) + ' |')
+  return '\n'.join(lines) + '\n'
+
+
+def csv_rows(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str
+             ) -> list[dict[str, Any]]:
+  """One row per policy: mean and std of every table metric (unscaled), n seeds."""
+  rows = []
+  for p, entry in agg.items():
+    row: dict[str, Any] = {'policy': p, 'solver': solver_label}
+    for key, _, _, _ in TABLE_METRICS:
+      st = entry.get(key) or {}
+      row[f'{key}_mean'] = st.get('mean')
+      row[f'{key}_std'] = st.get('std')
+    row['seeds'] = max((st.get('n', 0) for k, st in entry.items()
+                        if isinstance(st, dict) and 'n' in st), default=0)
+    rows.append(row)
+  return rows
+
+
+def _json_safe(value: Any) -> Any:
+  if isinstance(value, float) and not math.isfinite(value):
+    return None
+  if isinstance(value, dict):
+    return {str(k): _json_safe(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_json_safe(v) for v in value]
+  if isinstance(value, (np.floating, np.integer)):
+    return _json_safe(value.item())
+  return value
+
+
+def write_results(out_dir: str, agg: Mapping[str, Mapping[str, Any]], *,
+                  per_seed: Mapping[int, Mapping[str, Any]], meta: Mapping[str, Any],
+                  solver_label: str, judge_label: Optional[str],
+                  num_questions: Mapping[str, Any], seeds: Sequence[int],
+                  title: str = 'HotpotQA validation') -> dict[str, str]:
+  """Writes results.md, results.csv and results.json; returns {kind: path}."""
+  os.makedirs(out_dir, exist_ok=True)
+  paths = {k: os.path.join(out_dir, f'results.{k}') for k in ('md', 'csv', 'json')}
+  table = markdown_table(agg, solver_label=solver_label, judge_label=judge_label,
+                         num_questions=num_questions, seeds=seeds, title=title)
+  with open(paths['md'], 'w') as f:
+    f.write(table)
+  rows = csv_rows(agg, solver_label=solver_label)
+  with open(paths['csv'], 'w', newline='') as f:
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ['policy'])
+    writer.writeheader()
+    writer.writerows(rows)
+  with open(paths['json'], 'w') as f:
+    json.dump(_json_safe({'meta': dict(meta), 'solver': solver_label,
+                          'judge': judge_label, 'seeds': list(seeds),
+                          'per_seed': {str(s): v for s, v in per_seed.items()},
+                          'aggregate': agg}), f, indent=1, sort_keys=True)
+  return paths

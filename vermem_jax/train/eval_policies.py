@@ -1,0 +1,151 @@
+"""Which policies an evaluation runs, and loading them (paper C.3-C.4, C.8; SPEC §7).
+
+`config.eval.policies` is a comma-separated list; '' (the default) means Base plus every
+curriculum phase that holds a checkpoint in the workdir, in curriculum order. Entries:
+
+  base                 the Base baseline (no memory policy, no LTM; eval.episodes)
+  sft | phase_a | phase_b | phase_c
+                       that phase's SELECTED checkpoint in the workdir: SFT's best by
+                       dev tool accuracy, an RL phase's best by its internal-dev score
+                       (`checkpoints.selection_key`), else the newest
+  hf:/path/to/folder   a Hugging Face Qwen folder (config.json + safetensors)
+  NAME=<entry>         the same with a label of your choice (e.g. qwen7b=hf:/ckpt/q)
+
+Per-seed runs: when the workdir holds `seed_<s>/` folders (the sweep driver's layout),
+seed s evaluates the checkpoints in `seed_<s>/`; otherwise every seed evaluates the
+workdir's own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+import jax
+import ml_collections
+
+from vermem_jax import config_util
+from vermem_jax.envs import environment
+from vermem_jax.eval import episodes
+from vermem_jax.models import hf_io
+from vermem_jax.rl import policy as policy_lib
+from vermem_jax.rl import task_selection
+from vermem_jax.train import checkpoints
+from vermem_jax.train import setup as setup_lib
+
+PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicySource:
+  """One policy to evaluate. kind: 'base' | 'phase' | 'hf'; where: phase name or HF
+  folder ('' for base)."""
+  label: str
+  kind: str
+  where: str = ''
+
+
+def seed_workdir(workdir: str, seed: int) -> str:
+  """`<workdir>/seed_<seed>` when it exists (sweep layout), else `workdir`."""
+  d = os.path.join(workdir, f'seed_{seed}')
+  return d if os.path.isdir(d) else workdir
+
+
+def found_phases(workdir: str) -> list[str]:
+  """Curriculum phases with at least one checkpoint in `workdir`, in order."""
+  return [p for p in PHASES
+          if checkpoints.has_checkpoint(checkpoints.phase_dir(workdir, p))]
+
+
+def parse_policies(text: str, workdir: str) -> list[PolicySource]:
+  """The policies of `config.eval.policies` (module docstring).
+
+  Raises:
+    ValueError: an unknown entry, a duplicate label, or no policy at all.
+  """
+  entries = [e.strip() for e in (text or '').split(',') if e.strip()]
+  if not entries:
+    entries = ['base'] + found_phases(workdir)
+  out = []
+  for entry in entries:
+    label, sep, spec = entry.partition('=')
+    if not sep:
+      label, spec = entry, entry
+    if spec == 'base':
+      out.append(PolicySource(label, 'base'))
+    elif spec in PHASES:
+      out.append(PolicySource(label, 'phase', spec))
+    elif spec.startswith('hf:') and spec[3:]:
+      path = os.path.expanduser(spec[3:])
+      out.append(PolicySource(label if sep else 'hf:' + os.path.basename(
+          path.rstrip('/')), 'hf', path))
+    else:
+      raise ValueError(f'config.eval.policies: unknown entry {entry!r}; use base, '
+                       f'{", ".join(PHASES)}, hf:/path/to/qwen or NAME=<one of these>')
+  labels = [p.label for p in out]
+  if len(set(labels)) != len(labels):
+    raise ValueError(f'config.eval.policies: duplicate labels in {labels}')
+  return out
+
+
+def check_available(sources: list[PolicySource], workdir: str) -> None:
+  """Raises before any loading when a phase policy has no checkpoint in `workdir` or
+  an HF folder is missing.
+
+  Raises:
+    checkpoints.CheckpointError: naming the phase and the folder.
+    ValueError: an HF folder that does not exist.
+  """
+  for s in sources:
+    if s.kind == 'phase':
+      d = checkpoints.phase_dir(workdir, s.where)
+      if not checkpoints.has_checkpoint(d):
+        raise checkpoints.CheckpointError(
+            f'config.eval.policies names {s.where}, but {d} holds no checkpoint')
+    elif s.kind == 'hf' and not os.path.isdir(s.where):
+      raise ValueError(f'config.eval.policies: {s.label}: {s.where} is not a directory')
+
+
+def _greedy_sampler(config: ml_collections.ConfigDict, model_config: Any, params: Any,
+                    tok: Any, mesh: Any) -> policy_lib.SamplerPolicy:
+  sampling_cfg = config_util.dataclass_from_mapping(
+      policy_lib.PolicySamplingConfig, config.sampling.to_dict(),
+      overrides={'eval_temperature': float(config.eval.temperature)})
+  episodes.check_greedy(sampling_cfg.eval_temperature, 1.0, 'config.eval.temperature')
+  return policy_lib.SamplerPolicy(model_config, params, tok,
+                                  sampling_config=sampling_cfg, greedy=True,
+                                  generate_fn=setup_lib.generate_fn_for(mesh))
+
+
+def load_policy(source: PolicySource, config: ml_collections.ConfigDict, workdir: str,
+                *, tok: Any, mesh: Any) -> tuple[Callable[[int], environment.Policy],
+                                                 dict[str, Any]]:
+  """(seed -> batched policy, info) for one source.
+
+  The policy of a seed is greedy, bound to a key from the seed (unused when greedy).
+  info: {'label', 'kind', 'path', 'step'} (step: the checkpoint step loaded).
+
+  Raises:
+    checkpoints.CheckpointError: a phase without a restorable checkpoint.
+    ValueError: an HF folder whose vocabulary the tokenizer does not fit.
+  """
+  info = {'label': source.label, 'kind': source.kind, 'path': '', 'step': None}
+  if source.kind == 'base':
+    return (lambda seed: episodes.base_policy), info
+  if source.kind == 'hf':
+    mc, params = hf_io.load_hf_checkpoint(source.where, dtype=config.model.param_dtype,
+                                          mesh=mesh)
+    mc = mc.replace(dtype=config.model.dtype)
+    setup_lib.check_tokenizer_fits(tok, mc, field='config.eval.policies')
+    info['path'] = source.where
+  else:
+    mc = setup_lib.model_config_from(config)
+    shapes, _ = setup_lib.abstract_train_state(mc, lambda p: (), mesh)
+    directory = checkpoints.phase_dir(workdir, source.where)
+    params, step = checkpoints.restore_params_only(directory, shapes, prefer_best=True)
+    info.update(path=directory, step=int(step))
+  sampler = _greedy_sampler(config, mc, params, tok, mesh)
+  def bind(seed: int) -> environment.Policy:
+    return task_selection.BoundPolicy(sampler, jax.random.PRNGKey(int(seed)))
+  return bind, info

@@ -1,0 +1,88 @@
+"""Optimizer pieces shared by the SFT and RL trainers: learning-rate schedules and the
+clipped AdamW chain (SPEC §4 SFT recipe, §6 RL).
+
+The paper names AdamW, the peak rates (SFT 2e-5, RL 1e-6), the SFT warmup ratio 0.03 and
+the gradient-norm clip 1.0, and nothing else; every other number is a config field
+(`sft.*` / `rl.*`: adam_b1, adam_b2, adam_eps, lr_schedule, warmup_ratio) whose default
+is a **decision** documented beside it in experiments/configs.
+
+Schedules (`lr_schedule`), as functions of completed optimizer steps k, with W =
+ceil(warmup_ratio · total_steps) linear warmup steps (HF `get_warmup_steps`) at
+peak·(k + 1)/W — peak/W, 2·peak/W, ..., peak. Unlike HF, whose first step runs at lr 0
+and so is wasted, every step has a positive rate (issue 9):
+  'linear'    warmup, then linearly to 0 at total_steps (HF
+              `get_linear_schedule_with_warmup`);
+  'cosine'    warmup, then half a cosine to 0 at total_steps (HF
+              `get_cosine_schedule_with_warmup`);
+  'constant'  warmup, then the peak rate.
+A constant rate without warmup is passed to optax as a number, not a schedule, so the
+optimizer state holds no schedule counter (checkpoints written before schedules were
+selectable restore unchanged).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Union
+
+import jax
+import optax
+
+LR_SCHEDULES = ('linear', 'cosine', 'constant')
+
+
+def warmup_steps(warmup_ratio: float, total_steps: int) -> int:
+  """ceil(warmup_ratio · total_steps) (HF `get_warmup_steps`)."""
+  return int(math.ceil(float(warmup_ratio) * int(total_steps)))
+
+
+def check_schedule(kind: str, warmup_ratio: float, total_steps: int,
+                   where: str) -> None:
+  """Raises ValueError naming `where` (e.g. 'sft') for a bad schedule setting."""
+  if kind not in LR_SCHEDULES:
+    raise ValueError(f'{where}.lr_schedule must be one of {LR_SCHEDULES}, got {kind!r}')
+  if not 0.0 <= float(warmup_ratio) < 1.0:
+    raise ValueError(f'{where}.warmup_ratio must be in [0, 1), got {warmup_ratio}')
+  if int(total_steps) < 1:
+    raise ValueError(f'{where}: total optimizer steps must be >= 1, got {total_steps}')
+
+
+def lr_schedule(kind: str, peak: float, total_steps: int,
+                warmup_ratio: float) -> Union[float, optax.Schedule]:
+  """The learning rate after `count` completed steps (module docstring); a plain float
+  for 'constant' without warmup."""
+  check_schedule(kind, warmup_ratio, total_steps, 'optimizer')
+  w = warmup_steps(warmup_ratio, total_steps)
+  if kind == 'constant' and w == 0:
+    return float(peak)
+  rest = max(1, int(total_steps) - w)
+  if kind == 'linear':
+    after = optax.linear_schedule(peak, 0.0, rest)
+  elif kind == 'cosine':
+    after = optax.cosine_decay_schedule(peak, rest)
+  else:
+    after = optax.constant_schedule(peak)
+  if w == 0:
+    return after
+  warm = optax.linear_schedule(peak / w, peak, max(1, w - 1))
+  return optax.join_schedules([warm, after], [w])
+
+
+def _decay_mask(params):
+  return jax.tree.map(lambda p: p.ndim > 1, params)
+
+
+def clipped_adamw(learning_rate: Union[float, optax.Schedule], *, b1: float, b2: float,
+                  eps: float, weight_decay: float,
+                  max_grad_norm: float) -> optax.GradientTransformation:
+  """clip_by_global_norm(max_grad_norm) -> AdamW(learning_rate, b1, b2, eps), decoupled
+  weight decay on parameters with more than one dimension only (no decay on norms and
+  biases, as HF Trainer)."""
+  if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0):
+    raise ValueError(f'adam_b1 and adam_b2 must be in [0, 1), got {b1} and {b2}')
+  if not eps > 0:
+    raise ValueError(f'adam_eps must be > 0, got {eps}')
+  return optax.chain(
+      optax.clip_by_global_norm(max_grad_norm),
+      optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                  mask=_decay_mask))

@@ -1,0 +1,95 @@
+"""The task solver π_task of a run, built from config section `solver` (SPEC §4, §7).
+
+One builder for training rollouts and evaluation, so both use the same backends:
+
+  'oracle'             `envs.task_solvers.OracleEvidenceReader`: a DIAGNOSTIC
+                       stand-in that holds the labels of the examples it is given and
+                       answers with the reference answer exactly when what it reads
+                       carries every supporting fact (tables label it so);
+  'llm'                `LLMTaskSolver`: a Flax Qwen model in-process, weights from
+                       `solver.hf_checkpoint`, else `model.hf_checkpoint`, else the
+                       `solver_params` the caller passes;
+  'openai_compatible'  `OpenAICompatibleTaskSolver`: a served model (vLLM, SGLang, a
+                       hosted API) at `solver.base_url`, model `solver.model`, key from
+                       the variable named by `solver.api_key_env`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import ml_collections
+
+from vermem_jax import config_util
+from vermem_jax import http_chat
+from vermem_jax.envs import task_solvers
+from vermem_jax.models import hf_io
+from vermem_jax.train import setup as setup_lib
+
+BACKENDS = ('oracle', 'llm', 'openai_compatible')
+ORACLE_LABEL = ('oracle-evidence reader — DIAGNOSTIC stand-in, not an LLM: it answers '
+                'with the reference answer exactly when the context carries every '
+                'supporting fact, so EM/F1/SR measure the memory, not reading')
+
+
+def solver_label(config: ml_collections.ConfigDict) -> str:
+  """How tables name the run's task solver (the oracle always as a diagnostic)."""
+  s = config.solver
+  if s.backend == 'oracle':
+    return ORACLE_LABEL
+  if s.backend == 'openai_compatible':
+    return f'OpenAI-compatible server: model {s.model!r} at {s.base_url}'
+  path = s.hf_checkpoint or config.model.hf_checkpoint
+  return f'in-process Qwen solver ({path or "the policy parameters"})'
+
+
+def make_task_solver(config: ml_collections.ConfigDict, tokenizer: Any,
+                     label_examples: Iterable[Any], *, solver_params: Any = None,
+                     mesh: Any = None) -> task_solvers.TaskSolver:
+  """The task solver of `config.solver.backend` (module docstring).
+
+  Args:
+    config: experiment config (sections `solver`, `model`).
+    tokenizer: the backbone tokenizer (chat template; TN counts).
+    label_examples: HotpotQA examples whose labels the oracle may hold (ignored by
+      the other backends).
+    solver_params: 'llm' weights (with the policy's model config) when no checkpoint
+      is configured.
+    mesh: where an 'llm' checkpoint's parameters are placed.
+
+  Raises:
+    ValueError: naming the bad field: an unknown backend, an 'llm' solver without
+      weights, an HTTP solver without url/model or with an unset key variable.
+  """
+  s = config.solver
+  solver_cfg = config_util.dataclass_from_mapping(task_solvers.SolverConfig, s.to_dict())
+  if s.backend == 'oracle':
+    return task_solvers.OracleEvidenceReader.from_examples(list(label_examples),
+                                                           tokenizer=tokenizer)
+  if s.backend == 'openai_compatible':
+    if not (s.get('base_url') and s.get('model')):
+      raise ValueError("config.solver.base_url: solver.backend='openai_compatible' needs "
+                       'solver.base_url and solver.model')
+    client = http_chat.ChatClient(
+        s.base_url, s.model, api_key_env=s.api_key_env, require_api_key=True,
+        api_key_field='solver.api_key_env', timeout_s=float(s.timeout_s),
+        max_retries=int(s.max_retries), max_concurrency=int(s.max_concurrency))
+    return task_solvers.OpenAICompatibleTaskSolver(client, tokenizer, config=solver_cfg)
+  if s.backend != 'llm':
+    raise ValueError(f'config.solver.backend: unknown {s.backend!r}; expected one of '
+                     f'{BACKENDS}')
+  path = s.hf_checkpoint or config.model.hf_checkpoint
+  if path:
+    s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype,
+                                               mesh=mesh)
+    s_cfg = s_cfg.replace(dtype=config.model.dtype)
+    field = ('config.solver.hf_checkpoint' if s.hf_checkpoint
+             else 'config.model.hf_checkpoint')
+    setup_lib.check_tokenizer_fits(tokenizer, s_cfg, field=field)
+  elif solver_params is not None:
+    s_cfg, s_params = setup_lib.model_config_from(config), solver_params
+  else:
+    raise ValueError('config.solver.hf_checkpoint: the llm task solver needs weights '
+                     '(set solver.hf_checkpoint or model.hf_checkpoint), or use '
+                     "solver.backend='oracle'")
+  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver_cfg)
