@@ -11,7 +11,6 @@ from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import sft_data
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
@@ -24,7 +23,7 @@ from vermem_jax.train import sft_step
 CONTEXT_BUDGET = 256
 INPUT_LIMIT = 512
 NUM_RECORDS = 4
-STEPS = 40
+STEPS = 60
 
 
 def test_default_config_is_the_sp_preset():
@@ -45,10 +44,10 @@ def tok():
 @pytest.fixture(scope='module')
 def records(tok, hotpotqa_dir):
   construction, dev = episodes.load_pools(hotpotqa.DataConfig(hotpotqa_dir=hotpotqa_dir))
-  cfg = sft_data.SFTDataConfig(train_per_target=1, dev_per_target=1,
+  cfg = episodes.SFTDataConfig(train_per_target=1, dev_per_target=1,
                                context_budget=CONTEXT_BUDGET,
                                policy_input_limit=INPUT_LIMIT)
-  train, _, _ = sft_data.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
+  train, _, _ = episodes.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
                                        config=cfg, verbose=False)
   # Four classes with short commands keep the learner shape small.
   by_op = {r.op: r for r in train}

@@ -110,12 +110,11 @@ def test_g_of_s_fits_its_limit_with_the_declared_counter(tok, data_dir):
   counts within the limit when recounted whole."""
   from vermem_jax.envs import episodes  # pylint: disable=g-import-not-at-top
   from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
-  from vermem_jax.envs import sft_data  # pylint: disable=g-import-not-at-top
   construction, dev = episodes.load_pools(
       hotpotqa.DataConfig(hotpotqa_dir=paths.hotpotqa_dir(data_dir)))
-  cfg = sft_data.SFTDataConfig(train_per_target=2, dev_per_target=1, context_budget=320,
+  cfg = episodes.SFTDataConfig(train_per_target=2, dev_per_target=1, context_budget=320,
                                policy_input_limit=640)
-  train, _, _ = sft_data.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
+  train, _, _ = episodes.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
                                        config=cfg, verbose=False)
   rng = random.Random(0)
   for rec in rng.sample(train, 6):

@@ -51,7 +51,6 @@ from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import sft_data
 from vermem_jax.memory import commands
 from vermem_jax.memory import token_count
 
@@ -86,7 +85,7 @@ def pool_texts(construction: Sequence[hotpotqa.Example]) -> list[str]:
   return out
 
 
-def record_texts(records: Iterable[sft_data.SFTRecord]) -> list[str]:
+def record_texts(records: Iterable[episodes.SFTRecord]) -> list[str]:
   """Each record as the policy sees it: ChatML prompt of x_i + target + `<|im_end|>`."""
   return [tokenization.render_chatml([{'role': 'user', 'content': r.policy_input}])
           + r.target + '<|im_end|>\n' for r in records]
@@ -96,11 +95,11 @@ def corpus(construction: Sequence[hotpotqa.Example],
            dev_pool: Sequence[hotpotqa.Example]) -> list[str]:
   """The training corpus (module docstring); `dev_pool` only satisfies the SFT builder
   (its records are built with dev_per_target=0 and never read)."""
-  cfg = sft_data.SFTDataConfig(
+  cfg = episodes.SFTDataConfig(
       train_per_target=CORPUS_RECORDS_PER_TARGET, dev_per_target=0,
       context_budget=CORPUS_CONTEXT_BUDGET, policy_input_limit=CORPUS_POLICY_INPUT_LIMIT,
       seed=CORPUS_SEED)
-  train, _, _ = sft_data.build_sft_set(
+  train, _, _ = episodes.build_sft_set(
       construction, dev_pool, count_tokens=token_count.count_whitespace_tokens,
       config=cfg, verbose=False)
   return pool_texts(construction) + record_texts(train)

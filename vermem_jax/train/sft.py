@@ -16,7 +16,8 @@ counted in `train/skipped` and the progress line); `sft.max_consecutive_skips` i
 stop the run (NonFiniteError naming the step). Epoch e visits the train records in a
 seeded order that is a pure function of the step (sft_examples).
 
-Evaluation (dev set) after every epoch, every `sft.eval_every` steps and at the last
+Evaluation (dev set) every `sft.eval_every` steps, after every epoch when
+`sft.eval_each_epoch` (greedy decoding of the dev set is not free) and at the last
 step: greedy decoding of each dev prompt with the RL sampler policy, then tool
 accuracy, invalid-operation rate, executable rate, exact command match (sft_eval), and
 the teacher-forced dev loss (`sft_step.command_loss`).
@@ -215,6 +216,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   reduction = str(t.loss_reduction)
   schedule = sft_step.lr_schedule(opt)
   eval_every = int(config.sft.eval_every)
+  eval_each_epoch = bool(config.sft.eval_each_epoch)
   save_every = int(config.checkpoint.save_every)
 
   def position(step: int) -> dict[str, int]:
@@ -298,7 +300,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
         if skips.total:
           postfix['skipped'] = skips.total  # non-finite steps, not applied
         bar.set_postfix(**postfix)
-        is_eval = step % eval_every == 0 or step % spe == 0 or step == total
+        is_eval = (step % eval_every == 0 or step == total
+                   or (eval_each_epoch and step % spe == 0))
         selection = None
         if is_eval and dev:
           last_dev = evaluate(params)

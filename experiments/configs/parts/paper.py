@@ -172,6 +172,7 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).
   c.sft.max_consecutive_skips = 3
   c.sft.eval_every = 200               # decision: steps between dev evaluations
+  c.sft.eval_each_epoch = True         # decision: also evaluate (and save) at epoch ends
   c.sft.max_steps = ml_collections.FieldReference(None, field_type=int)  # None = epochs
 
 

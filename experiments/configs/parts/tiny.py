@@ -36,13 +36,25 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.batching.micro_batch_size = 8
   c.sft.train_per_target = 96
   c.sft.dev_per_target = 8
-  c.sft.batch_size = 16
-  c.sft.num_epochs = 3
+  # Measured on the 64 dev records (issue 9; greedy tool accuracy / executable rate of
+  # the non-∅ predictions): batch 16 with a linear decay reached 0.375 / 0.0 after 120
+  # steps (~1.75 s each); batch 8 costs ~0.95 s a step and learns about as much per
+  # record, and a constant rate keeps learning where a linear decay stalls (batch 8,
+  # 288 steps: decayed 0.375 / 0.0, constant 0.45 teacher-forced; 384 constant steps
+  # 0.50 / 0.11). Tool choice and the command grammar are learnt, copying ids and text
+  # from the state is not yet (2-layer model from scratch): rates 3e-3, b2 0.95, 4 or 3
+  # heads, 4 layers, RoPE base 1e4 and a next-token loss on the prompt did not move it
+  # within 300 steps.
+  c.sft.batch_size = 8
+  c.sft.num_epochs = 3                 # 288 steps, ~4.6 min on 2 cores
   c.sft.learning_rate = 1e-3           # a random small model needs a larger step
+  c.sft.lr_schedule = 'constant'       # after the 3% warmup
   # Per-command token mean, not Eq. 7's sequence NLL: summed NLLs let the longest
   # commands dominate a random model's steps.
   c.sft.loss_reduction = 'decision'
+  # Greedy decoding of the dev set is the costly part of an evaluation: once, at the end.
   c.sft.eval_every = 1000
+  c.sft.eval_each_epoch = False
   c.rl.num_updates = 2 if phase != 'sft' else 0
   c.rl.tasks_per_update = 2
   c.rl.rollouts_per_task = 4

@@ -128,6 +128,8 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(t.num_epochs >= 1, 'sft.num_epochs', 'must be >= 1')
   _require(t.weight_decay >= 0, 'sft.weight_decay', 'must be >= 0')
   _require(t.eval_every >= 1, 'sft.eval_every', 'must be >= 1')
+  _require(isinstance(t.eval_each_epoch, bool), 'sft.eval_each_epoch',
+           f'must be True or False, got {t.eval_each_epoch!r}')
   _require(t.max_steps is None or t.max_steps >= 1, 'sft.max_steps', 'must be >= 1 or None')
   _require(t.teacher_backend in TEACHER_BACKENDS, 'sft.teacher_backend',
            f'{t.teacher_backend!r} not in {TEACHER_BACKENDS}')
