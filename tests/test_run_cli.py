@@ -234,12 +234,12 @@ def test_tokenizer_larger_than_model_vocab_fails_before_any_phase(tmp_path, monk
   calls = []
   _fake_runners(monkeypatch, calls)
   config = common.get_config('sft')
-  config.model.hf_checkpoint = str(tmp_path)  # tiny HF config, Qwen tokenizer ids
+  config.model.hf_checkpoint = str(tmp_path)  # tiny HF config, default 4k tokenizer
   (tmp_path / 'config.json').write_text(json.dumps({
       'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 64,
       'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
       'rope_theta': 1e4}))
-  with pytest.raises(ValueError, match=r"config.tokenizer.path: .*151665 ids but the "
+  with pytest.raises(ValueError, match=r"config.tokenizer.path: .*4096 ids but the "
                      r"model's vocab_size \(embedding rows\) is 1000"):
     run_cli.run(config, str(tmp_path / 'runs'))
   assert calls == []

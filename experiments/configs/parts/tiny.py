@@ -40,8 +40,8 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # the non-∅ predictions): batch 16 with a linear decay reached 0.375 / 0.0 after 120
   # steps (~1.75 s each); batch 8 costs ~0.95 s a step and learns about as much per
   # record, and a constant rate keeps learning where a linear decay stalls (batch 8,
-  # 288 steps: decayed 0.375 / 0.0, constant 0.45 teacher-forced; 384 constant steps
-  # 0.50 / 0.11). Tool choice and the command grammar are learnt, copying ids and text
+  # 288 steps: decayed 0.375 / 0.0, constant 0.45 teacher-forced and 0.344 / 0.07 in
+  # a full phase_b run; 384 constant steps 0.50 / 0.11). Tool choice and the command grammar are learnt, copying ids and text
   # from the state is not yet (2-layer model from scratch): rates 3e-3, b2 0.95, 4 or 3
   # heads, 4 layers, RoPE base 1e4 and a next-token loss on the prompt did not move it
   # within 300 steps.
