@@ -11,6 +11,7 @@ def _requirements(name):
   return [l.strip() for l in lines if l.strip() and not l.startswith("#")]
 
 
+_TFDS = ["tensorflow-datasets==4.9.10", "array-record==0.8.6"]
 # pddlgym 0.0.7 pins pillow<10 for image renderers the PDDL adapter never calls; the
 # `pddl-runtime` extra holds what it imports, so `make install-benchmarks` can install
 # pddlgym itself with --no-deps and keep one Pillow (the pin is read from this line).
@@ -32,12 +33,23 @@ setup(
     extras_require={
         # torch/transformers are the numerical reference for the Flax model.
         "test": [
+            *_TFDS,
             "pytest>=8",
             "hypothesis>=6.100",
             "torch==2.13.0",
             "transformers==5.24.0",
             "nbclient>=0.10",
             "nbformat>=5.10",
+            "ipykernel>=6",
+            "matplotlib>=3.8",
+        ],
+        # data.source='tfds' (envs/tfds_hotpotqa.py); not needed by the default JSON
+        # source, and ~220 MB (pyarrow) of the default install.
+        "tfds": _TFDS,
+        # Runs experiments/notebooks/*.ipynb: `jupyter nbconvert --to notebook --execute`
+        # (README "Advantage statistics"); add `jupyterlab` for interactive use.
+        "notebook": [
+            "nbconvert>=7.16",
             "ipykernel>=6",
             "matplotlib>=3.8",
         ],

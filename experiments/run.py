@@ -21,7 +21,8 @@ log says so); at paper scale the command stops and prints the command that makes
 missing checkpoint (with this command's `--config.*` flags). A phase with checkpoints of
 its own resumes from the newest one. While a phase runs, this process holds an exclusive
 lock on `<workdir>/<phase>/.lock`; a second run of that phase in the same workdir stops
-with exit status 2. `--dry_run` writes nothing and reports config problems as warnings.
+with exit status 2. `--dry_run` writes nothing; it prints the config and plan, then any
+config problem as an error (exit status 2, as the real run would).
 
 `--config=eval_hotpotqa.py` trains nothing: it evaluates the workdir's policies (Base
 and every phase with a checkpoint, or `--config.eval.policies`) on the HotpotQA
@@ -100,8 +101,9 @@ PHASE_RUNNERS: dict[str, Callable[[ml_collections.ConfigDict, str], Any]] = {
 
 def _dry_run(config: ml_collections.ConfigDict, workdir: str,
              overrides: dict[str, Any], override_args: Sequence[str]) -> list[str]:
-  """Prints the config, overrides and plan; validation problems become warnings (so a
-  paper config without its checkpoint still prints). Writes nothing."""
+  """Prints the config, overrides and plan, then raises ValueError naming every
+  validation problem (so a paper config without its checkpoint still prints, and the
+  command still exits with status 2, as the real run would). Writes nothing."""
   problems = []
   checks = [False] + ([True] if config.scale == 'tiny' else [])
   for check_paths in checks:  # tiny: also the data / tokenizer folders
@@ -118,8 +120,8 @@ def _dry_run(config: ml_collections.ConfigDict, workdir: str,
   print(f'overrides: {overrides}')
   print('plan: ' + ' -> '.join(plan))
   sys.stdout.flush()
-  for problem in problems:
-    print(f'warning: {problem} (a real run stops here)', file=sys.stderr)
+  if problems:
+    raise ValueError('\nerror: '.join(f'{p} (a real run stops here)' for p in problems))
   return plan
 
 
@@ -131,7 +133,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   Args:
     config: the phase config (with the command line's overrides applied).
     workdir: run directory; one sub-directory per phase.
-    dry_run: print the config and plan (validation problems as warnings) and return.
+    dry_run: print the config and plan and return (validation problems raise
+      ValueError after the printout).
     override_args: the command line's `--config.<field>` flags as (field path, flag
       text) pairs (`config_argv.config_override_args`); they are the overrides applied to earlier
       phases and repeated in printed commands. None: the fields differing from the
@@ -146,6 +149,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   flag_texts = [text for _, text in override_args or ()]
   overrides = overrides_lib.config_overrides(
       config, None if override_args is None else [p for p, _ in override_args])
+  overrides.pop('workdir', None)  # the workdir argument is not a config override
+  config.workdir = workdir  # what the run uses (the --workdir flag wins), also printed
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   if config.phase in curriculum.EVAL_CONFIGS + curriculum.AGGREGATE_CONFIGS:
     if distributed.process_count() > 1:
@@ -198,7 +203,7 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
     d = phase_plan.phase_dir(workdir, phase)
     with processes.phase_lock(workdir, phase):
       logging.info('running %s into %s', phase, d)
-      PHASE_RUNNERS[phase](cfg, workdir)
+      result = PHASE_RUNNERS[phase](cfg, workdir)
       with checkpoints.PhaseCheckpointManager(d) as mgr:
         step = mgr.latest_step()
       if step is None:
@@ -207,6 +212,10 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
         checkpoints.mark_phase_complete(d, step, {'phase': phase, 'scale': config.scale})
       distributed.barrier(f'{phase} complete')
     logging.info('%s complete at step %d', phase, step)
+    if isinstance(result, dict) and distributed.is_primary():
+      from vermem_jax.train import summaries  # pylint: disable=g-import-not-at-top
+      print('\n' + summaries.phase_summary(phase, result, d, workdir=workdir) + '\n',
+            flush=True)
 
 
 def _run_eval(config: ml_collections.ConfigDict, workdir: str,
@@ -325,7 +334,15 @@ def entry() -> None:
   except ValueError as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
-  app.run(main, argv=argv)
+  try:
+    # Parsed here first so a value the field cannot take (`--config.rl.learning_rate=
+    # abc`) is one error line with status 2, like every other bad input (app.run
+    # would print a usage error with status 1).
+    remaining = flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
+  app.run(main, argv=argv, flags_parser=lambda unused_argv: remaining)
 
 
 if __name__ == '__main__':

@@ -133,6 +133,20 @@ def test_keeps_newest_n_and_best(tmp_path):
   assert step == 6
 
 
+def test_full_tie_goes_to_the_later_step(tmp_path):
+  """Equal tool accuracy and invalid rate: the later (longer trained) step is best, also
+  when the manager is reopened and re-reads the steps."""
+  d = tmp_path / 'sft'
+  with ck.PhaseCheckpointManager(d, max_to_keep=1) as mgr:
+    for s in (1, 2, 3):
+      mgr.save(_state(s), selection_metrics={'tool_accuracy': 0.5 if s < 3 else 0.25,
+                                             'invalid_rate': 0.2})
+    assert mgr.best_step() == 2
+    assert mgr.all_steps() == [2, 3]
+  with ck.PhaseCheckpointManager(d, max_to_keep=1) as mgr:
+    assert mgr.best_step() == 2
+
+
 def test_selection_key():
   assert ck.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.1}) > \
       ck.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.2})

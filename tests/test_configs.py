@@ -91,12 +91,14 @@ def test_paper_phase_specific_values():
 
 
 @pytest.mark.parametrize('phase', PHASES)
-def test_tiny_scale_defaults_run_anywhere(phase, data_dir, qwen25_tokenizer_dir):
+def test_tiny_scale_defaults_run_anywhere(phase, data_dir):
   c = common.get_config(phase)  # default arg: tiny
   assert c.scale == 'tiny'
   validation.validate_config(c, check_paths=True)
-  assert c.model.preset == 'tiny' and c.model.hf_checkpoint is None
-  assert c.tokenizer.path == paths.tokenizer_dir('qwen2.5') == qwen25_tokenizer_dir
+  assert c.model.preset == 'tiny-sp4k' and c.model.hf_checkpoint is None
+  # The packaged small-vocabulary SentencePiece model (issue 9), not a data file.
+  assert c.tokenizer.name == 'hotpotqa-sp4k'
+  assert c.tokenizer.path == paths.packaged_tokenizer()
   assert c.data.data_dir == data_dir
   for split in ('train', 'validation'):
     assert os.path.isfile(hotpotqa.find_split_file(split, library.hotpotqa_dir(c)))
@@ -119,7 +121,7 @@ def test_phase_modules_get_config(phase):
   assert mod.get_config(None).phase == phase
   assert mod.get_config('scale=paper').scale == 'paper'
   assert mod.get_config('paper').scale == 'paper'
-  assert mod.get_config('scale=tiny').model.preset == 'tiny'
+  assert mod.get_config('scale=tiny').model.preset == 'tiny-sp4k'
 
 
 def test_bad_scale_argument():
@@ -149,11 +151,11 @@ def test_bad_scale_argument():
     ('solver.backend', 'gpt', 'config.solver.backend'),
     ('batching.length_buckets', (256, 512), 'config.batching.length_buckets'),
     ('batching.command_buckets', (32, 16), 'config.batching.command_buckets'),
-    # Tiny scale: policy_input_limit 768, prompt overhead 64, max_command_tokens 160.
-    ('batching.length_buckets', (256, 512, 768 + 64),
-     r'config.batching.length_buckets: largest bucket 832 < .* = 992'),
-    ('sampling.prompt_buckets', (256, 768),
-     r'config.sampling.prompt_buckets: largest bucket 768 < .* 768 \+ 64 = 832'),
+    # Tiny scale: policy_input_limit 640, prompt overhead 64, max_command_tokens 192.
+    ('batching.length_buckets', (256, 512, 640 + 64),
+     r'config.batching.length_buckets: largest bucket 704 < .* = 896'),
+    ('sampling.prompt_buckets', (256, 640),
+     r'config.sampling.prompt_buckets: largest bucket 640 < .* 640 \+ 64 = 704'),
     ('sampling.prompt_buckets', (512, 256), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_buckets', (), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_overhead_tokens', -1, 'config.sampling.prompt_overhead_tokens'),
@@ -267,7 +269,8 @@ def test_library_configs_hold_spec_defaults():
 
 def test_model_config_from_preset_or_hf_folder(tmp_path):
   tiny = library.model_config(common.get_config('sft'))
-  assert tiny.vocab_size == 151936 and tiny.dtype == 'float32'
+  assert tiny.vocab_size == 4096 and tiny.dtype == 'bfloat16'
+  assert tiny.param_dtype == 'float32'
   paper = common.get_config('phase_a', 'scale=paper')
   cfg = library.model_config(paper)  # no checkpoint set: the named preset
   assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.dtype, cfg.remat) == (
@@ -310,8 +313,9 @@ def test_to_dataclass():
 
 
 @pytest.mark.parametrize('scale, prompt, length', [
-    # tiny: policy_input_limit 768 + overhead 64; + max_command_tokens 160.
-    ('tiny', (256, 512, 832), (256, 512, 992)),
+    # tiny: every 128 tokens from 384 to policy_input_limit 640 + overhead 64; + the
+    # max_command_tokens 192 for a learner row.
+    ('tiny', (384, 512, 640, 704), (384, 512, 640, 768, 896)),
     ('paper', (256, 512, 1024, 2048, 4096, 8192, 8256),
      (256, 512, 1024, 2048, 4096, 8192, 8512)),
 ])
@@ -338,12 +342,20 @@ def test_buckets_end_at_prompt_and_row_limits(scale, prompt, length):
 
 
 def test_overriding_limits_moves_derived_buckets():
-  c = common.get_config('phase_b')
+  c = common.get_config('phase_b', 'scale=paper')
+  c.model.hf_checkpoint = '/ckpt'  # required at paper scale; not read here
   c.memory.policy_input_limit = 1000
   c.sampling.max_command_tokens = 40
   assert c.sampling.prompt_buckets == (256, 512, 1024, 1064)
   assert c.batching.length_buckets == (256, 512, 1024, 1104)
   assert c.batching.command_buckets == (16, 32, 40)
+  tiny = common.get_config('phase_b')  # the tiny scheme moves the same way
+  tiny.memory.policy_input_limit = 600
+  tiny.sampling.max_command_tokens = 40
+  assert tiny.sampling.prompt_buckets == (384, 512, 640, 664)
+  assert tiny.batching.length_buckets == (384, 512, 640, 704)
+  assert tiny.batching.command_buckets == (40,)
+  assert derived.derived_buckets(tiny)['batching.length_buckets'] == (384, 512, 640, 704)
   c.sampling.prompt_overhead_tokens = 100
   assert c.sampling.prompt_buckets[-1] == 1100
   assert c.batching.length_buckets[-1] == 1140
@@ -434,18 +446,18 @@ def test_command_line_override_keeps_buckets_consistent():
     return fv.config
 
   c = parse('--config.memory.policy_input_limit=3000')
-  assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 3064)
-  # 3064 + the tiny max_command_tokens (160).
-  assert c.batching.length_buckets == (256, 512, 1024, 2048, 3224)
+  # The tiny scheme: every 128 tokens from 384, then 3064 (+ max_command_tokens 192).
+  assert c.sampling.prompt_buckets == tuple(range(384, 3064, 128)) + (3064,)
+  assert c.batching.length_buckets == tuple(range(384, 3256, 128)) + (3256,)
   validation.validate_config(c)
   c = parse('--config.memory.policy_input_limit=3000',
             '--config.sampling.prompt_buckets=(1024, 3064)',
             '--config.sampling.max_command_tokens=32')
   assert c.sampling.prompt_buckets == (1024, 3064)
-  assert c.batching.length_buckets == (256, 512, 1024, 2048, 3096)
-  assert c.batching.command_buckets == (16, 32)
+  assert c.batching.length_buckets == tuple(range(384, 3096, 128)) + (3096,)
+  assert c.batching.command_buckets == (32,)
   validation.validate_config(c)
-  c = parse('--config.sampling.prompt_buckets=(256, 512)')  # tiny needs 768 + 64
+  c = parse('--config.sampling.prompt_buckets=(256, 512)')  # tiny needs 640 + 64
   with pytest.raises(ValueError, match='config.sampling.prompt_buckets: largest bucket '
                      '512 < '):
     validation.validate_config(c)
@@ -476,7 +488,12 @@ def test_check_paths_names_missing_split_file_and_bad_tokenizer(tmp_path):
 
 def test_tokenizer_must_fit_model_vocab(tmp_path, qwen25_tokenizer_dir):
   c = common.get_config('sft')
+  validation.check_tokenizer_fits_model(c)  # tiny-sp4k: 4,096 rows, 4,096 pieces
   c.tokenizer.path = qwen25_tokenizer_dir
+  with pytest.raises(ValueError, match=r"config.tokenizer.path: tokenizer .* has 151665 "
+                     r"ids but the model's vocab_size \(embedding rows\) is 4096"):
+    validation.check_tokenizer_fits_model(c)
+  c.model.preset = 'tiny'
   validation.check_tokenizer_fits_model(c)  # tiny preset: Qwen's 151,936 rows
   small = dict(_HF_CONFIG, vocab_size=1000)
   (tmp_path / 'config.json').write_text(json.dumps(small))
@@ -506,6 +523,8 @@ def test_tiny_tokenizer_path_follows_data_dir_and_name(tmp_path):
   tokenizer too; an explicit tokenizer.path wins; paper scale keeps None."""
   c = common.get_config('phase_a')
   c.data.data_dir = str(tmp_path)
+  assert c.tokenizer.path == paths.packaged_tokenizer()  # packaged: not under data_dir
+  c.tokenizer.name = 'qwen2.5'
   assert c.tokenizer.path == os.path.join(str(tmp_path), 'tokenizers', 'qwen2.5')
   c.tokenizer.name = 'qwen3'
   assert c.tokenizer.path == os.path.join(str(tmp_path), 'tokenizers', 'qwen3')
@@ -527,12 +546,13 @@ def test_tiny_tokenizer_path_follows_data_dir_on_command_line(tmp_path, data_dir
   repo = pathlib.Path(__file__).resolve().parent.parent
   res = subprocess.run(
       [sys.executable, str(repo / 'experiments' / 'run.py'), '--config=sft',
-       f'--config.data.data_dir={other}', f'--workdir={tmp_path / "wd"}', '--dry_run'],
+       f'--config.data.data_dir={other}', '--config.tokenizer.name=qwen2.5',
+       '--config.model.preset=tiny', f'--workdir={tmp_path / "wd"}', '--dry_run'],
       capture_output=True, text=True, timeout=120,
       env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
   assert res.returncode == 0, res.stderr
   assert f"config.tokenizer.path = '{other}/tokenizers/qwen2.5'" in res.stdout
-  assert 'warning' not in res.stderr  # the moved tokenizer passes the path checks
+  assert 'error' not in res.stderr  # the moved tokenizer passes the path checks
 
 
 def test_issue11_fields_defaults_mirrors_and_errors():

@@ -51,3 +51,42 @@ def test_notebook_plots_the_tiny_run(tmp_path, monkeypatch):
 def test_notebook_names_a_missing_workdir(tmp_path, monkeypatch):
   with pytest.raises(nbclient.exceptions.CellExecutionError, match='no RL phase logs'):
     _execute(tmp_path / 'empty', tmp_path / 'figures', tmp_path, monkeypatch)
+
+
+def test_notebook_without_workdir_says_what_to_set_and_creates_nothing(tmp_path,
+                                                                      monkeypatch):
+  monkeypatch.delenv('VERMEM_WORKDIR', raising=False)
+  monkeypatch.delenv('VERMEM_FIG_DIR', raising=False)
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  client = nbclient.NotebookClient(nb, kernel_name='python3', timeout=300,
+                                   resources={'metadata': {'path': str(tmp_path)}})
+  with pytest.raises(nbclient.exceptions.CellExecutionError, match='set VERMEM_WORKDIR'):
+    client.execute()
+  assert not os.listdir(tmp_path)
+
+
+# The logs of a real default run (`make run`: SFT -> A -> B at the tiny scale), trimmed
+# to the files the notebook reads (tests/data/default_run/README.md says how they were
+# made). Unlike the test curriculum's single update of an untrained policy, they hold
+# several operation types and monitors that move.
+DEFAULT_RUN = os.path.join(REPO, 'tests', 'data', 'default_run')
+
+
+def test_notebook_on_a_default_run_shows_operations_and_moving_monitors(tmp_path,
+                                                                        monkeypatch):
+  nb = _execute(DEFAULT_RUN, tmp_path / 'figures', tmp_path, monkeypatch)
+  outputs = [o for c in nb.cells if c.cell_type == 'code' for o in c.outputs]
+  assert not [o for o in outputs if o.output_type == 'error']
+  text = ''.join(o.get('text', '') for o in outputs if o.output_type == 'stream')
+  for phase in ('phase_a', 'phase_b'):
+    rows = metrics_lib.read_jsonl(os.path.join(DEFAULT_RUN, phase,
+                                               metrics_lib.ADVANTAGES_FILE))
+    ops = {r['operation'] for r in rows}
+    assert len(ops) > 1, (phase, ops)
+    assert f'{phase}: {len(ops)} operation types' in text
+    monitors = [r['monitor/m_all'] for r in metrics_lib.read_jsonl(
+        os.path.join(DEFAULT_RUN, phase, metrics_lib.METRICS_FILE)) if 'monitor/m_all' in r]
+    assert max(monitors) - min(monitors) > 0.01, (phase, monitors)
+    assert f'{phase}: monitor/m_all first' in text
+  for name in FIGURES:
+    assert (tmp_path / 'figures' / f'{name}.png').exists(), name

@@ -15,16 +15,16 @@ def test_schedules_match_hand_values():
   lin = optim.lr_schedule('linear', peak, total, 0.03)
   assert optim.warmup_steps(0.03, total) == 3
   np.testing.assert_allclose([float(lin(s)) for s in (0, 1, 3, 50, 99, 100)],
-                             [0.0, peak / 3, peak, peak * 50 / 97, peak / 97, 0.0],
+                             [peak / 3, 2 * peak / 3, peak, peak * 50 / 97, peak / 97, 0.0],
                              rtol=1e-6, atol=1e-12)
   cos = optim.lr_schedule('cosine', peak, total, 0.03)
   want = [peak * 0.5 * (1 + math.cos(math.pi * (s - 3) / 97)) for s in (3, 20, 60, 100)]
   np.testing.assert_allclose([float(cos(s)) for s in (3, 20, 60, 100)], want,
                              rtol=1e-5, atol=1e-12)
-  assert float(cos(1)) == pytest.approx(peak / 3)
+  assert float(cos(1)) == pytest.approx(2 * peak / 3)
   const = optim.lr_schedule('constant', peak, total, 0.1)
   np.testing.assert_allclose([float(const(s)) for s in (0, 5, 10, 99)],
-                             [0.0, peak / 2, peak, peak], rtol=1e-6)
+                             [peak / 10, peak * 6 / 10, peak, peak], rtol=1e-6)
   # Constant without warmup is a number: the optimizer state carries no counter.
   assert optim.lr_schedule('constant', 1e-6, 10, 0.0) == 1e-6
 

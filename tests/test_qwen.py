@@ -153,7 +153,7 @@ def test_presets_published_values():
       'qwen3-4b-instruct-2507': (2560, 9728, 36, 32, 8, 128, 151936, True, 5e6,
                                  262144),
   }
-  assert set(qwen.PRESETS) == set(expected) | {'tiny'}
+  assert set(qwen.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k'}
   for name, values in expected.items():
     c = QwenConfig.preset(name)
     got = (c.hidden_size, c.intermediate_size, c.num_hidden_layers,

@@ -53,8 +53,13 @@ def _copy_prerequisites(dest):
   return str(dest)
 
 
+# Every update's checkpoint is kept (the tiny default keeps the newest one and the best):
+# the resume tests compare both steps with the uninterrupted run's.
+B_OVERRIDES = {'rl.num_updates': NUM_UPDATES, 'checkpoint.max_to_keep': NUM_UPDATES}
+
+
 def _b_config():
-  return tiny_config('phase_b', **{'rl.num_updates': NUM_UPDATES})
+  return tiny_config('phase_b', **B_OVERRIDES)
 
 
 def _committed(phase_dir, step):
@@ -86,7 +91,7 @@ def test_sigkill_mid_update_then_resume_is_bit_identical(tmp_path, clean_run):
   phase_dir = os.path.join(workdir, 'phase_b')
   cmd = ([sys.executable, os.path.join(REPO, 'experiments', 'run.py'),
           '--config=phase_b.py', f'--workdir={workdir}']
-         + override_flags(**{'rl.num_updates': NUM_UPDATES}))
+         + override_flags(**B_OVERRIDES))
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   log_path = tmp_path / 'killed.log'
   with open(log_path, 'w') as log:
@@ -181,7 +186,9 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
   first = rows[0]
   assert first['step'] == 1
   assert len(adv) == first['train/num_decisions'] > 0
-  assert abs(first['train/kl']) < 1e-6
+  # bf16 compute (tiny default): the policy and reference forwards of the same
+  # parameters agree to ~1e-6 nats; a wrong reference gives a KL orders larger.
+  assert abs(first['train/kl']) < 1e-5
   assert first['train/ratio'] == pytest.approx(1.0, abs=1e-5)
   assert first['train/loss'] == pytest.approx(-np.mean(adv), abs=1e-5)
   ref = json.load(open(os.path.join(phase_dir, rl_resume.REFERENCE_FILE)))

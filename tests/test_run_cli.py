@@ -170,12 +170,12 @@ def _cli(*args, cwd=REPO):
 
 def test_cli_dry_run_bare_name_and_override(tmp_path):
   res = _cli('--config=phase_b', '--config.rl.learning_rate=3e-6',
-             '--config.batching.command_buckets=(16, 64, 160)',
+             '--config.batching.command_buckets=(16, 64, 192)',
              '--config.memory.cost_parse=0.75',
              f'--workdir={tmp_path}', '--dry_run', cwd=tmp_path)
   assert res.returncode == 0, res.stderr
   assert 'config.rl.learning_rate = 3e-06' in res.stdout
-  assert 'config.batching.command_buckets = (16, 64, 160)' in res.stdout
+  assert 'config.batching.command_buckets = (16, 64, 192)' in res.stdout
   assert 'config.memory.cost_parse = 0.75' in res.stdout
   assert "config.phase = 'phase_b'" in res.stdout
   assert "config.scale = 'tiny'" in res.stdout
@@ -235,12 +235,12 @@ def test_tokenizer_larger_than_model_vocab_fails_before_any_phase(tmp_path, monk
   calls = []
   _fake_runners(monkeypatch, calls)
   config = common.get_config('sft')
-  config.model.hf_checkpoint = str(tmp_path)  # tiny HF config, Qwen tokenizer ids
+  config.model.hf_checkpoint = str(tmp_path)  # tiny HF config, default 4k tokenizer
   (tmp_path / 'config.json').write_text(json.dumps({
       'model_type': 'qwen2', 'vocab_size': 1000, 'hidden_size': 64,
       'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
       'rope_theta': 1e4}))
-  with pytest.raises(ValueError, match=r"config.tokenizer.path: .*151665 ids but the "
+  with pytest.raises(ValueError, match=r"config.tokenizer.path: .*4096 ids but the "
                      r"model's vocab_size \(embedding rows\) is 1000"):
     run_cli.run(config, str(tmp_path / 'runs'))
   assert calls == []
@@ -393,29 +393,47 @@ def test_cli_second_run_on_locked_phase_exits_2(tmp_path):
   assert os.listdir(tmp_path / 'sft') == ['.lock']
 
 
-def test_cli_dry_run_paper_without_checkpoint_warns(tmp_path):
+def test_cli_dry_run_paper_without_checkpoint_prints_then_fails(tmp_path):
+  """The config and plan still print; the problem is an error with status 2 (as the
+  real run), not a warning with status 0; the printed workdir is the one used."""
   res = _cli('--config=sft.py:scale=paper', f'--workdir={tmp_path / "wd"}', '--dry_run')
-  assert res.returncode == 0, res.stderr
+  assert res.returncode == 2, res.stderr
   assert "config.scale = 'paper'" in res.stdout and 'plan: sft' in res.stdout
-  assert 'warning: config.model.hf_checkpoint: paper scale needs' in res.stderr
+  assert f"config.workdir = '{tmp_path / 'wd'}'" in res.stdout
+  assert 'error: config.model.hf_checkpoint: paper scale needs' in res.stderr
+  assert 'Traceback' not in res.stderr
   assert not os.listdir(tmp_path)
 
 
-def test_cli_dry_run_tiny_warns_on_missing_data_real_run_fails(tmp_path):
+def test_cli_non_numeric_override_is_one_error_line_with_status_2(tmp_path):
+  res = _cli('--config=phase_a', '--config.rl.learning_rate=abc',
+             f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      "error: flag --config.rl.learning_rate=abc: could not convert string to float: "
+      "'abc'"]
+  res = _cli('--config=phase_a', '--config.rl.learning_rate=-1', f'--workdir={tmp_path}',
+             '--dry_run')
+  assert res.returncode == 2 and 'config.rl.learning_rate = -1.0' in res.stdout
+  assert 'error: config.rl.learning_rate: must be > 0' in res.stderr
+  assert not os.listdir(tmp_path)
+
+
+def test_cli_dry_run_tiny_fails_on_missing_data_as_the_real_run(tmp_path):
   env_dir = tmp_path / 'nowhere'
   res = subprocess.run(
       [sys.executable, str(REPO / 'experiments' / 'run.py'), '--config=sft',
        f'--workdir={tmp_path / "wd"}', '--dry_run'], cwd=tmp_path, capture_output=True,
       text=True, timeout=120,
       env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'VERMEM_DATA_DIR': str(env_dir)})
-  assert res.returncode == 0, res.stderr
+  assert res.returncode == 2, res.stderr
   assert 'plan: sft' in res.stdout
-  assert f"warning: config.data.data_dir: '{env_dir}' is not a directory" in res.stderr
-  # Data present but the tokenizer folder missing: also a warning.
+  assert f"error: config.data.data_dir: '{env_dir}' is not a directory" in res.stderr
+  # Data present but the tokenizer folder missing: also an error.
   res = _cli('--config=sft', f'--config.tokenizer.path={tmp_path / "tok"}',
              f'--workdir={tmp_path / "wd"}', '--dry_run')
-  assert res.returncode == 0, res.stderr
-  assert 'warning: config.tokenizer.path:' in res.stderr
+  assert res.returncode == 2, res.stderr
+  assert 'error: config.tokenizer.path:' in res.stderr
   config = common.get_config('sft')
   config.data.data_dir = str(env_dir)
   with pytest.raises(ValueError, match='config.data.data_dir'):  # real runs fail hard

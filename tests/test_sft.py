@@ -23,6 +23,11 @@ from vermem_jax.train import sft
 
 def tiny_config():
   c = common.get_config('sft')
+  # The Qwen2.5 tokenizer with the Qwen-vocabulary tiny preset (the CPU default is the
+  # 4k SentencePiece model; tests/test_tiny_sp_preset.py trains that one).
+  c.tokenizer.name = 'qwen2.5'
+  c.model.preset = 'tiny'
+  c.model.dtype = 'float32'
   c.memory.context_budget = 256
   c.memory.policy_input_limit = 512
   c.sampling.max_command_tokens = 32   # longer targets are dropped (counted)
@@ -34,7 +39,10 @@ def tiny_config():
   c.sft.batch_size = 4
   c.sft.num_epochs = 2
   c.sft.eval_every = 100               # dev evaluation at the epoch ends only
+  c.sft.eval_each_epoch = True
+  c.sft.lr_schedule = 'linear'
   c.checkpoint.save_every = 1
+  c.checkpoint.max_to_keep = 3
   c.metrics.progress_bar = False
   c.metrics.tensorboard = False
   validation.validate_config(c)
@@ -74,7 +82,8 @@ def test_run_sft_end_to_end_and_exact_resume(tmp_path):
   assert [r['step'] for r in rows if 'train/loss' in r] == [1, 2, 3, 4]
   assert [r['step'] for r in rows if 'dev/tool_accuracy' in r] == [2, 4]
   lrs = [r['train/lr'] for r in rows if 'train/lr' in r]
-  np.testing.assert_allclose(lrs, [0.0, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3], rtol=1e-6)
+  # One warmup step at the peak (never lr 0, issue 9), then the linear decay.
+  np.testing.assert_allclose(lrs, [1e-3, 1e-3, 1e-3 * 2 / 3, 1e-3 / 3], rtol=1e-6)
 
   # Running the complete phase again does nothing.
   again = sft.run_sft(config, full_dir)
@@ -148,7 +157,7 @@ def test_nan_gradient_skips_one_step_and_the_run_continues(tmp_path, monkeypatch
   assert rows[-1]['train/skipped_total'] == 1.0
   # The schedule counts applied steps only: step 3 gets the rate step 2 would have.
   np.testing.assert_allclose([r['train/lr'] for r in rows],
-                             [0.0, 1e-3, 1e-3, 1e-3 * 2 / 3], rtol=1e-6)
+                             [1e-3, 1e-3, 1e-3, 1e-3 * 2 / 3], rtol=1e-6)
   s1, s2, s3 = (_params_of(d, k) for k in (1, 2, 3))
   for x, y in zip(jax.tree.leaves((s1.params, s1.opt_state)),
                   jax.tree.leaves((s2.params, s2.opt_state))):

@@ -147,8 +147,9 @@ def test_linear_warmup_then_linear_decay():
                                  warmup_ratio=0.03)
   assert opt.warmup_steps == 3
   sched = sft_step.lr_schedule(opt)
-  got = [float(sched(s)) for s in (0, 1, 3, 50, 99, 100)]
-  want = [0.0, 2e-5 / 3, 2e-5, 2e-5 * 50 / 97, 2e-5 * 1 / 97, 0.0]
+  # Warmup lr·(k+1)/w: no step runs at lr 0 (issue 9); decay lr·(total−k)/(total−w).
+  got = [float(sched(s)) for s in (0, 1, 2, 3, 50, 99, 100)]
+  want = [2e-5 / 3, 2 * 2e-5 / 3, 2e-5, 2e-5, 2e-5 * 50 / 97, 2e-5 * 1 / 97, 0.0]
   np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
 
 

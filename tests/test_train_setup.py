@@ -1,6 +1,7 @@
 """Tests for vermem_jax.train.setup: config glue, and the trainers' steps on an 8-device
 CPU mesh (data=2 x fsdp=2 x tensor=2) against a single device. The mesh part runs in a
 subprocess because the device count is fixed before jax is imported."""
+import os
 import textwrap
 
 import ml_collections
@@ -194,6 +195,52 @@ def test_model_config_and_tokenizer_checks(qwen25_tokenizer_dir):
   small = qwen.QwenConfig.preset('tiny').replace(vocab_size=1000)
   with pytest.raises(ValueError, match=r'config.tokenizer.path: .*1000'):
     setup.load_tokenizer_for(c, small)
+
+
+def test_model_dimensions_from_the_command_line(tmp_path):
+  """`--config.model.<dim>=...` overrides the preset's architecture (issue 9); head_dim
+  follows hidden_size / heads unless given; a checkpoint keeps its own shapes."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from experiments.configs import common  # pylint: disable=g-import-not-at-top
+  c = common.get_config('sft')
+  c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 128, 3, 384
+  mc = setup.model_config_from(c)
+  preset = qwen.QwenConfig.preset(common.get_config('sft').model.preset)
+  assert (mc.hidden_size, mc.num_hidden_layers, mc.intermediate_size) == (128, 3, 384)
+  assert mc.head_dim == 128 // preset.num_attention_heads
+  assert mc.vocab_size == preset.vocab_size
+  assert setup.model_identity(c).endswith(
+      'hidden_size=128 intermediate_size=384 num_hidden_layers=3')
+  c = common.get_config('sft')
+  c.model.head_dim = 0
+  with pytest.raises(ValueError, match='config.model.head_dim: must be a positive int'):
+    setup.model_config_from(c)
+  c = common.get_config('sft')
+  c.model.num_attention_heads = 3   # 256 is not divisible by 3
+  with pytest.raises(ValueError, match='config.model.num_attention_heads: .*divisible'):
+    setup.model_config_from(c)
+  c = common.get_config('sft')
+  c.model.hf_checkpoint = str(tmp_path)
+  c.model.hidden_size = 128
+  with pytest.raises(ValueError, match='config.model.hidden_size: .*brings its own'):
+    setup.model_config_from(c)
+  # The real CLI: the flags reach the model config (a dry run validates it, so a shape
+  # the model rejects is an error naming the flag's field).
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+  def cli(*args):
+    return subprocess.run([sys.executable, os.path.join(repo, 'experiments', 'run.py'),
+                           '--config=sft', *args, '--dry_run',
+                           f'--workdir={tmp_path / "wd"}'],
+                          capture_output=True, text=True, timeout=120)
+  res = cli('--config.model.hidden_size=128', '--config.model.num_hidden_layers=3')
+  assert res.returncode == 0, res.stderr
+  assert 'config.model.hidden_size = 128' in res.stdout
+  assert 'config.model.num_hidden_layers = 3' in res.stdout
+  res = cli('--config.model.num_attention_heads=3')
+  assert res.returncode == 2
+  assert 'error: config.model.num_attention_heads: ' in res.stderr
 
 
 def test_opt_state_shardings_follow_param_paths():

@@ -29,3 +29,28 @@ def hotpotqa_dir(data_dir: str | None = None) -> str:
 def tokenizer_dir(name: str = "qwen2.5", data_dir: str | None = None) -> str:
   """Hugging Face tokenizer folder `qwen2.5` or `qwen3` under the data root."""
   return os.path.join(data_dir or default_data_dir(), "tokenizers", name)
+
+
+# The small-vocabulary SentencePiece model of the CPU default, shipped in the package
+# (derived data: `python -m vermem_jax.tokenizer_build` rebuilds it byte for byte).
+PACKAGED_TOKENIZERS = {"hotpotqa-sp4k": "hotpotqa_sp4k.model"}
+_ASSETS = pathlib.Path(__file__).resolve().parent / "assets"
+
+
+def packaged_tokenizer(name: str = "hotpotqa-sp4k") -> str:
+  """Path of a tokenizer model shipped in `vermem_jax/assets/` (see PACKAGED_TOKENIZERS).
+
+  Raises:
+    KeyError: unknown name (lists the known ones).
+  """
+  if name not in PACKAGED_TOKENIZERS:
+    raise KeyError(f"unknown packaged tokenizer {name!r}; known: {sorted(PACKAGED_TOKENIZERS)}")
+  return str(_ASSETS / PACKAGED_TOKENIZERS[name])
+
+
+def tokenizer_path(name: str, data_dir: str | None = None) -> str:
+  """A tokenizer by name: a packaged SentencePiece model (`packaged_tokenizer`), else
+  the Hugging Face folder `<data_dir>/tokenizers/<name>` (`tokenizer_dir`)."""
+  if name in PACKAGED_TOKENIZERS:
+    return packaged_tokenizer(name)
+  return tokenizer_dir(name, data_dir)

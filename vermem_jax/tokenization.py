@@ -27,6 +27,9 @@ from vermem_jax.memory import token_count
 # Special tokens that end a completion in the Qwen chat format (HF tokenizer_config of
 # Qwen2.5/Qwen3: `<|im_end|>` is eos of the instruct models, `<|endoftext|>` of the base).
 STOP_TOKEN_STRINGS = ("<|im_end|>", "<|endoftext|>")
+# ChatML markers: special tokens of the Qwen vocabulary, and what `skip_special_tokens`
+# drops from a SentencePiece decode (where they are ordinary user-defined pieces).
+CHAT_MARKERS = ("<|im_start|>",) + STOP_TOKEN_STRINGS
 # Entries kept by the `count_tokens` memo; bounded so long runs do not grow memory.
 COUNT_CACHE_SIZE = 8192
 # Texts longer than this (characters) are counted without entering the memo, so the memo
@@ -138,7 +141,10 @@ class HFTokenizer(Tokenizer):
 
   def __init__(self, path: str):
     super().__init__()
-    # transformers is heavy to import; only HF folders pay for it.
+    # transformers is heavy to import; only HF folders pay for it. It serves tokenizers
+    # only here, so its import-time advice that PyTorch is missing (models unavailable)
+    # does not apply; a user's own TRANSFORMERS_NO_ADVISORY_WARNINGS setting wins.
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     import transformers  # pylint: disable=g-import-not-at-top
 
     try:
@@ -218,7 +224,13 @@ class SentencePieceTokenizer(Tokenizer):
   Special ids: `eos_token_id` is the model's eos id (`</s>`), or `<|im_end|>` if the
   model was trained without eos; `pad_token_id` is the pad id if trained with one,
   else eos. Train with `user_defined_symbols=['<|im_start|>', '<|im_end|>']` so the
-  ChatML fallback markers are single tokens.
+  ChatML fallback markers are single tokens (`vermem_jax.tokenizer_build` does, and
+  adds `<|endoftext|>`, `∅` and the newline).
+
+  `splits_after_newline` (memory.token_count) is declared when
+  `sentencepiece_splits_after_newline` proves it from the model file. SentencePiece
+  maps spaces to U+2581 and back, so a text that itself contains U+2581 does not
+  round-trip through encode/decode (it decodes as a space).
   """
 
   def __init__(self, path: str):
@@ -231,6 +243,10 @@ class SentencePieceTokenizer(Tokenizer):
       self.sp.Load(path)
     except (OSError, RuntimeError) as e:
       raise ValueError(f"cannot load SentencePiece model {path!r}: {e}") from e
+    self.splits_after_newline = sentencepiece_splits_after_newline(
+        self.sp.serialized_model_proto())
+    self._marker_ids = frozenset(i for i in map(self.token_to_id, CHAT_MARKERS)
+                                 if i is not None)
     self.vocab_size = int(self.sp.GetPieceSize())
     eos = int(self.sp.eos_id())
     if eos < 0:
@@ -252,7 +268,7 @@ class SentencePieceTokenizer(Tokenizer):
     ids = [int(i) for i in ids]
     if skip_special_tokens:
       ids = [i for i in ids if not (self.sp.IsControl(i) or self.sp.IsUnknown(i))
-             and i not in self.stop_token_ids]
+             and i not in self.stop_token_ids and i not in self._marker_ids]
     return self.sp.DecodeIds(ids)
 
   def apply_chat_template(self, messages: Sequence[Mapping[str, str]],
@@ -266,6 +282,40 @@ class SentencePieceTokenizer(Tokenizer):
     if i == self.sp.unk_id() and token != self.sp.IdToPiece(i):
       return None
     return i
+
+
+def sentencepiece_splits_after_newline(model_proto: bytes) -> bool:
+  """Whether a SentencePiece model meets the premises of `splits_after_newline`.
+
+  True only for a BPE model with identity normalization (no rule table), no dummy
+  prefix, no whitespace clean-up, and the newline as a USER_DEFINED piece. Then
+  `count(a + "\\n" + b) == count(a) + 1 + count(b)` for all strings a, b: the input is
+  not rewritten (identity, nothing added or removed), a user-defined symbol is matched
+  as one frozen symbol before BPE, and BPE never merges a pair containing a frozen
+  symbol; every merge is local to a pair, so the greedy merges on the two sides of the
+  newline are those of a and b encoded alone. Hence `count(a + "\\n") + count(b)` is
+  the same sum (tests/test_tokenization.py checks it on random strings).
+
+  Args:
+    model_proto: the serialized `ModelProto` (`SentencePieceProcessor.
+      serialized_model_proto()`).
+  Returns:
+    bool; False for anything else, including a proto that does not parse.
+  """
+  try:
+    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
+    m = sentencepiece_model_pb2.ModelProto()
+    m.ParseFromString(model_proto)
+  except Exception:  # pylint: disable=broad-except
+    return False
+  norm = m.normalizer_spec
+  if (m.trainer_spec.model_type != sentencepiece_model_pb2.TrainerSpec.BPE
+      or norm.name != "identity" or norm.normalization_rule_tsv
+      or norm.precompiled_charsmap or norm.add_dummy_prefix
+      or norm.remove_extra_whitespaces):
+    return False
+  user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+  return any(p.piece == "\n" and p.type == user_defined for p in m.pieces)
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:
@@ -358,5 +408,6 @@ def check_tokenizer_model_compat(tokenizer: Tokenizer, model_config: Any) -> Non
 __all__ = [
     "Tokenizer", "HFTokenizer", "SentencePieceTokenizer", "load_tokenizer",
     "check_tokenizer_path", "check_tokenizer_model_compat",
-    "render_chatml", "STOP_TOKEN_STRINGS",
+    "render_chatml", "STOP_TOKEN_STRINGS", "CHAT_MARKERS",
+    "sentencepiece_splits_after_newline",
 ]

@@ -43,8 +43,8 @@ def config_overrides(config: ml_collections.ConfigDict,
   base = config_leaves(default)
   derived_values = dict(derived.derived_buckets(config))
   if config.scale == 'tiny':
-    derived_values['tokenizer.path'] = paths.tokenizer_dir(config.tokenizer.name,
-                                                           config.data.data_dir)
+    derived_values['tokenizer.path'] = paths.tokenizer_path(config.tokenizer.name,
+                                                            config.data.data_dir)
   return {k: v for k, v in leaves.items()
           if k != 'phase' and (k not in base or base[k] != v)
           and not (k in derived_values and derived_values[k] == v)}

@@ -414,7 +414,8 @@ def load_examples(source: str, split: str, *, data_dir: str | None = None,
     ValueError: unknown source or split, malformed rows (naming id and field), duplicate
       ids within the split.
     FileNotFoundError: no file for the split.
-    ImportError: source 'hf' without the `datasets` package.
+    ImportError: source 'hf' without the `datasets` package, or source 'tfds' without
+      the `tfds` extra.
   """
   split = canonical_split(split)
   if source == "json":
@@ -429,7 +430,12 @@ def load_examples(source: str, split: str, *, data_dir: str | None = None,
     if path is not None:
       raise ValueError("path= is only for source='json'; the tfds source reads the "
                        "split files in data_dir (its manual dir)")
-    from vermem_jax.envs import tfds_hotpotqa  # Lazy: tfds import costs time.
+    try:
+      from vermem_jax.envs import tfds_hotpotqa  # Lazy: tfds import costs time.
+    except ImportError as e:
+      raise ImportError("source='tfds' needs the optional tfds extra "
+                        "(pip install -e '.[tfds]'); use source='json' otherwise "
+                        f"({e})") from e
     examples = tfds_hotpotqa.load(split, manual_dir=data_dir or paths.hotpotqa_dir(),
                                   tfds_data_dir=tfds_data_dir)
   elif source == "hf":

@@ -32,8 +32,9 @@ Guarantees:
   moved to `<phase_dir>/unrestorable/<step>-<UTC time>/` (logged) so Orbax can write the
   step again. If no checkpoint is restorable, `CheckpointError` lists every error.
 - Retention: the newest `max_to_keep` steps, plus the best step by `selection_metrics`
-  (SFT: dev tool accuracy, ties broken by a lower invalid rate, SPEC §4; RL phases: the
-  internal-dev score, ties to the later step, paper C.8).
+  (SFT: dev tool accuracy, ties broken by a lower invalid rate, SPEC §4, a full tie on
+  both going to the later step; RL phases: the internal-dev score, ties to the later
+  step, paper C.8).
 
 Silent bit flips inside array files are not detected (no checksums); truncated, missing
 or unparsable files are.
@@ -319,7 +320,9 @@ class PhaseCheckpointManager:
 
   def _consider_best(self, step: int, metrics: Mapping[str, float]) -> None:
     key = self._best_key(metrics)
-    if self._best is None or key > self._best[0]:
+    # >=: steps arrive in ascending order, so a full tie goes to the later step (more
+    # training at equal dev metrics; with max_to_keep=1 the earlier one can go).
+    if self._best is None or key >= self._best[0]:
       self._best = (key, step)
 
   # ----------------------------------------------------------------- save

@@ -258,9 +258,58 @@ class AdvantageTable:
     self.close()
 
 
+class _BarSafeStream:
+  """A text stream that writes whole lines through `tqdm.write`, which clears the
+  progress bars, prints the line and redraws them, so a log line never lands on the
+  bar's line."""
+
+  def __init__(self, stream):
+    self.stream = stream
+    self._pending = ''
+
+  def write(self, text: str) -> int:
+    self._pending += text
+    *lines, self._pending = self._pending.split('\n')
+    for line in lines:
+      tqdm.tqdm.write(line, file=self.stream)
+    return len(text)
+
+  def flush(self) -> None:
+    if self._pending:
+      tqdm.tqdm.write(self._pending, file=self.stream)
+      self._pending = ''
+    self.stream.flush()
+
+
+class _Bar(tqdm.tqdm):
+  """tqdm bar that routes absl log lines through `_BarSafeStream` while it is open."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._handler = None
+    if self.disable:
+      return
+    from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
+    handler = absl_logging.get_absl_handler().python_handler
+    stream = getattr(handler, 'stream', None)
+    if stream is not None and not isinstance(stream, _BarSafeStream):
+      self._handler, self._stream = handler, stream
+      handler.setStream(_BarSafeStream(stream))
+
+  def close(self) -> None:
+    if getattr(self, '_handler', None) is not None:
+      self._handler.stream.flush()
+      self._handler.setStream(self._stream)
+      self._handler = None
+    super().close()
+
+
 def progress_bar(total: int, *, initial: int = 0, desc: str = '',
                  disable: bool = False, unit: str = 'update') -> tqdm.tqdm:
   """A tqdm bar with elapsed time, ETA and rate; `initial` continues a resumed run.
+
+  While the bar is open, absl log lines are printed through `tqdm.write` (each on a
+  line of its own above the bar); `close()` restores the handler's stream.
 
   Args:
     total: number of updates (RL) or steps (SFT) in the phase.
@@ -269,10 +318,10 @@ def progress_bar(total: int, *, initial: int = 0, desc: str = '',
     disable: turn the bar off (config `metrics.progress_bar = False`).
     unit: what one tick is.
   """
-  return tqdm.tqdm(total=total, initial=initial, desc=desc, disable=disable, unit=unit,
-                   dynamic_ncols=True,
-                   bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt} '
-                              '[{elapsed}<{remaining} ETA, {rate_fmt}{postfix}]')
+  return _Bar(total=total, initial=initial, desc=desc, disable=disable, unit=unit,
+              dynamic_ncols=True,
+              bar_format='{l_bar}{bar}| {n_fmt}/{total_fmt} '
+                         '[{elapsed}<{remaining} ETA, {rate_fmt}{postfix}]')
 
 
 def summarize_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, float]]:

@@ -6,8 +6,10 @@ the gradient-norm clip 1.0, and nothing else; every other number is a config fie
 (`sft.*` / `rl.*`: adam_b1, adam_b2, adam_eps, lr_schedule, warmup_ratio) whose default
 is a **decision** documented beside it in experiments/configs.
 
-Schedules (`lr_schedule`), as functions of completed optimizer steps, with W =
-ceil(warmup_ratio · total_steps) linear warmup steps from 0 (HF `get_warmup_steps`):
+Schedules (`lr_schedule`), as functions of completed optimizer steps k, with W =
+ceil(warmup_ratio · total_steps) linear warmup steps (HF `get_warmup_steps`) at
+peak·(k + 1)/W — peak/W, 2·peak/W, ..., peak. Unlike HF, whose first step runs at lr 0
+and so is wasted, every step has a positive rate (issue 9):
   'linear'    warmup, then linearly to 0 at total_steps (HF
               `get_linear_schedule_with_warmup`);
   'cosine'    warmup, then half a cosine to 0 at total_steps (HF
@@ -62,7 +64,8 @@ def lr_schedule(kind: str, peak: float, total_steps: int,
     after = optax.constant_schedule(peak)
   if w == 0:
     return after
-  return optax.join_schedules([optax.linear_schedule(0.0, peak, w), after], [w])
+  warm = optax.linear_schedule(peak / w, peak, max(1, w - 1))
+  return optax.join_schedules([warm, after], [w])
 
 
 def _decay_mask(params):

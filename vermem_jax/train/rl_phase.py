@@ -107,6 +107,7 @@ from vermem_jax.rl import rollout_records
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
+from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_learner
@@ -124,6 +125,29 @@ def _numeric(values: Mapping[str, Any]) -> dict[str, float]:
     elif isinstance(v, (int, float, np.integer, np.floating)):
       out[k] = float(v)
   return out
+
+
+# Prefix of the greedy internal-dev figures in metrics rows and the phase result.
+DEV_PREFIX = 'internal_dev/'
+
+
+def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
+                         mesh: Any = None) -> dict[str, float]:
+  """Greedy internal-dev episode metrics of `params` on the phase's first `count` dev
+  episodes (`train.internal_dev.evaluate_dev_episodes`); {} when count is 0."""
+  specs = list(setup.dev_specs)[:max(0, int(count))]
+  if not specs:
+    return {}
+  greedy = policy_lib.SamplerPolicy(
+      setup.model_config, params, setup.tokenizer, sampling_config=setup.sampling_config,
+      greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
+  return internal_dev.evaluate_dev_episodes(
+      greedy, specs, setup.solver, count_tokens=setup.tokenizer.count_tokens,
+      executor_config=setup.executor_config, env_config=setup.env_config)
+
+
+def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
+  return {f'{DEV_PREFIX}{when}/{k}': float(v) for k, v in figures.items()}
 
 
 def rollout_summary(result: rollout_records.RolloutResult) -> dict[str, float]:
@@ -240,9 +264,11 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   distributed.check_same(f'{phase} train episodes', distributed.digest(
       [spec.episode_id for spec in setup.train_specs]))
   tok = setup.tokenizer
+  dev_count = int(config.rl.get('internal_dev_episodes', 0))
   if restored is None:
     step = 0
     params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable, so sharing is safe
+    dev_start = _dev_row('start', internal_dev_figures(setup, params, dev_count, mesh))
     opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
                                          params, mesh)
     # Once (verifier calls), then the same statistics on every process.
@@ -264,6 +290,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                        'episodes); use a fresh --workdir')
     running = adv.RunningStats.from_dict(restored.running_stats)
     prior_wall = float((restored.metadata or {}).get('cumulative_wall_time_s', 0.0))
+    dev_start = dict((restored.metadata or {}).get('internal_dev_start') or {})
     if primary and rl_resume.read_reference(directory) is None:
       rl_resume.write_reference(directory, reference)
     logging.info('%s resumes from update %d of %d in %s', phase, step, total, directory)
@@ -289,6 +316,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   writer = metrics_lib.MetricsWriter(directory, resume_step=step,
                                      tensorboard=bool(config.metrics.tensorboard),
                                      enabled=primary)
+  if dev_start and step == 0:
+    writer.write(0, dev_start)  # θ_0 = θ_prev, before the first update
   table = (metrics_lib.AdvantageTable(directory, phase, resume_update=step,
                                       enabled=primary)
            if config.metrics.advantage_table else None)
@@ -353,6 +382,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         row['monitor/point'] = float(n - 1)
         row['monitor/m_all'] = row.get('reward/m_all', math.nan)
         row['monitor/m_ans'] = row.get('reward/m_ans', math.nan)
+      if n == total and dev_count > 0:
+        row.update(_dev_row('end', internal_dev_figures(setup, params, dev_count, mesh)))
       last = row
       if n % log_every == 0 or n == total or is_monitor:
         writer.write(n, row)
@@ -370,10 +401,12 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         wall = prior_wall + time.time() - t_start
         metadata = {'fingerprint': fingerprint, 'reference': reference,
                     'cumulative_wall_time_s': wall, 'complete': n >= total,
-                    'num_updates': total, 'skipped_steps': skips.total}
+                    'num_updates': total, 'skipped_steps': skips.total,
+                    'internal_dev_start': dev_start}
         if n >= total:
           metadata['final_metrics'] = _final_metrics(
-              phase, n, total, wall, reference, params, resumed_from, row)
+              phase, n, total, wall, reference, params, resumed_from,
+              {**dev_start, **row})
         mgr.save(checkpoints.TrainState(
             step=n, params=params, opt_state=opt_state,
             rng=task_selection.update_rng(seed, n + 1), running_stats=running.to_dict(),
@@ -391,7 +424,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                  selected, metric)
   wall = prior_wall + time.time() - t_start
   out = _final_metrics(phase, step, total, wall, reference, params, resumed_from,
-                       last or last_logged)
+                       {**dev_start, **(last or last_logged)})
   out['selected_step'] = selected
   out['wall_time_s'] = time.time() - t_start
   return out

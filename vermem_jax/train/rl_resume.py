@@ -31,6 +31,7 @@ from vermem_jax.train import distributed
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_setup
 from vermem_jax.train import setup as setup_lib
+from vermem_jax.train import setup as setup_lib
 
 REFERENCE_FILE = 'reference.json'
 
@@ -61,7 +62,7 @@ def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
   r = config.rl
   return {
       'phase': config.phase, 'seed': int(config.seed),
-      'model': config.model.hf_checkpoint or config.model.preset,
+      'model': setup_lib.model_identity(config),
       'tasks_per_update': int(r.tasks_per_update),
       'rollouts_per_task': int(r.rollouts_per_task),
       'learning_rate': float(r.learning_rate), 'max_grad_norm': float(r.max_grad_norm),

@@ -47,13 +47,52 @@ from vermem_jax.train import distributed
 BATCH_AXES = ('data', 'fsdp')
 
 
+# Architecture fields of `config.model` that override the preset's value when set
+# (None = the preset's); HF `config.json` names (models.QwenConfig fields).
+MODEL_DIM_FIELDS = ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+                    'num_attention_heads', 'num_key_value_heads', 'head_dim')
+
+
+def model_dims_from(config: ml_collections.ConfigDict) -> dict[str, int]:
+  """The `model.<MODEL_DIM_FIELDS>` the config sets (not None), as {field: int}.
+
+  Raises:
+    ValueError: a value that is not a positive int (names the field).
+  """
+  out = {}
+  for name in MODEL_DIM_FIELDS:
+    value = config.model.get(name)
+    if value is None:
+      continue
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ValueError(f'config.model.{name}: must be a positive int or None (the '
+                       f"preset's value), got {value!r}")
+    out[name] = int(value)
+  return out
+
+
+def model_identity(config: ml_collections.ConfigDict) -> str:
+  """The policy model in a resume fingerprint: the checkpoint folder, or the preset
+  name followed by the dimensions the config sets (`tiny-sp4k hidden_size=384`)."""
+  if config.model.hf_checkpoint:
+    return str(config.model.hf_checkpoint)
+  dims = model_dims_from(config)
+  return ' '.join([str(config.model.preset)] + [f'{k}={v}' for k, v in dims.items()])
+
+
 def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
-  """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`,
+  """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`
+  with the dimensions the config sets (`model.hidden_size=...`, `MODEL_DIM_FIELDS`),
   with `model.dtype` / `param_dtype` / `remat` and the attention kernel
   (`model.attn_implementation`, `attn_block_q`, `attn_block_kv`) applied.
 
+  With `head_dim` unset and `hidden_size` or `num_attention_heads` set, head_dim is
+  hidden_size // num_attention_heads (HF's rule), not the preset's head_dim.
+
   Raises:
-    ValueError: unknown preset or unreadable checkpoint config (names the field).
+    ValueError: unknown preset, unreadable checkpoint config, dimensions set together
+      with a checkpoint (its shapes are fixed), or dimensions the model rejects (names
+      the field).
   """
   numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
                   remat=config.model.remat)
@@ -61,15 +100,25 @@ def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
   for key in ('attn_implementation', 'attn_block_q', 'attn_block_kv'):
     if key in config.model:
       numerics[key] = config.model[key]
+  dims = model_dims_from(config)
   if config.model.hf_checkpoint:
+    if dims:
+      raise ValueError(f'config.model.{next(iter(dims))}: model dimensions apply to '
+                       'model.preset; a checkpoint (model.hf_checkpoint) brings its own')
     try:
       return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
     except (OSError, ValueError, KeyError) as e:
       raise ValueError(f'config.model.hf_checkpoint: {e}') from e
+  if ('head_dim' not in dims and
+      ('hidden_size' in dims or 'num_attention_heads' in dims)):
+    dims['head_dim'] = None  # QwenConfig derives hidden_size // num_attention_heads
   try:
-    return qwen.QwenConfig.preset(config.model.preset, **numerics)
+    return qwen.QwenConfig.preset(config.model.preset, **numerics, **dims)
   except KeyError as e:
     raise ValueError(f'config.model.preset: {e.args[0]}') from e
+  except ValueError as e:
+    field = next((k for k in dims if dims[k] is not None), 'preset')
+    raise ValueError(f'config.model.{field}: {e}') from e
 
 
 def tokenizer_path(config: ml_collections.ConfigDict) -> str:

@@ -16,7 +16,8 @@ counted in `train/skipped` and the progress line); `sft.max_consecutive_skips` i
 stop the run (NonFiniteError naming the step). Epoch e visits the train records in a
 seeded order that is a pure function of the step (sft_examples).
 
-Evaluation (dev set) after every epoch, every `sft.eval_every` steps and at the last
+Evaluation (dev set) every `sft.eval_every` steps, after every epoch when
+`sft.eval_each_epoch` (greedy decoding of the dev set is not free) and at the last
 step: greedy decoding of each dev prompt with the RL sampler policy, then tool
 accuracy, invalid-operation rate, executable rate, exact command match (sft_eval), and
 the teacher-forced dev loss (`sft_step.command_loss`).
@@ -35,12 +36,13 @@ table and the progress bar; all processes save checkpoints together (Orbax).
 
 Checkpoints (`workdir/sft`, one `PhaseCheckpointManager`): after every evaluation, with
 selection metrics {tool_accuracy, invalid_rate} (best = higher dev tool accuracy, ties
-by lower invalid rate; SPEC §4), and every `checkpoint.save_every` steps. Each holds
-params, optimizer state, RNG key and the data position, so a killed run resumes from
+by lower invalid rate, SPEC §4; a full tie goes to the later step), and every
+`checkpoint.save_every` steps. Each holds params, optimizer state, RNG key and the
+data position, so a killed run resumes from
 its newest restorable checkpoint and ends with params bit-identical to an uninterrupted
 run. A run whose newest checkpoint is the completed last step returns its stored final
 metrics without work. Metrics go to `workdir/sft/metrics.jsonl` + TensorBoard; the
-SFT counts table to the log, stdout and `workdir/sft/sft_data_counts.txt`.
+SFT counts table to stdout (once) and `workdir/sft/sft_data_counts.txt`.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def _sft_data_config(config: ml_collections.ConfigDict) -> episodes.SFTDataConfi
 def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Config fields that determine the training trajectory (checked on resume)."""
   s = config.sft
-  return {'seed': config.seed, 'model': config.model.hf_checkpoint or config.model.preset,
+  return {'seed': config.seed, 'model': setup_lib.model_identity(config),
           'train_per_target': s.train_per_target, 'dev_per_target': s.dev_per_target,
           'learning_rate': s.learning_rate, 'warmup_ratio': s.warmup_ratio,
           'weight_decay': s.weight_decay, 'max_grad_norm': s.max_grad_norm,
@@ -190,11 +192,12 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       [(r.policy_input, r.target) for r in list(train_records) + list(dev_records)]))
   table = report.format_table()
   if primary:
-    print(table, flush=True)
-    logging.info('SFT set:\n%s', table)
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, COUNTS_FILE), 'w') as f:
       f.write(table + '\n')
+    # Printed once (not logged as well, which would show it twice on a terminal).
+    print(f'SFT set (also in {os.path.join(directory, COUNTS_FILE)}):\n{table}',
+          flush=True)
   max_cmd = min(bcfg.command_buckets[-1], int(config.sampling.max_command_tokens))
   limits = dict(max_sequence_tokens=bcfg.length_buckets[-1], max_command_tokens=max_cmd)
   train, drop_train = sft_examples.tokenize_records(train_records, tok, **limits)
@@ -226,6 +229,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   reduction = str(t.loss_reduction)
   schedule = sft_step.lr_schedule(opt)
   eval_every = int(config.sft.eval_every)
+  eval_each_epoch = bool(config.sft.eval_each_epoch)
   save_every = int(config.checkpoint.save_every)
 
   def position(step: int) -> dict[str, int]:
@@ -312,7 +316,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
         if skips.total:
           postfix['skipped'] = skips.total  # non-finite steps, not applied
         bar.set_postfix(**postfix)
-        is_eval = step % eval_every == 0 or step % spe == 0 or step == total
+        is_eval = (step % eval_every == 0 or step == total
+                   or (eval_each_epoch and step % spe == 0))
         selection = None
         if is_eval and dev:
           last_dev = evaluate(params)
@@ -358,7 +363,7 @@ def _final_metrics(step, total, wall, train_loss, last_dev, mgr, selection, num_
   if selection is not None:
     # The step being saved is not yet known to the manager.
     key = checkpoints.sft_selection_key(selection)
-    if best is None or key > checkpoints.sft_selection_key(_best_selection(mgr, best)):
+    if best is None or key >= checkpoints.sft_selection_key(_best_selection(mgr, best)):
       best, best_metrics = step, selection
   if best is not None and best_metrics is None:
     best_metrics = _best_selection(mgr, best)

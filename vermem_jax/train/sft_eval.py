@@ -48,7 +48,9 @@ def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str
      'Invalid'), 'invalid_rate': share unparseable, outside the phase subspace, or
      rejected by the executor, 'executable_rate': 1 - invalid_rate, 'exact_match':
      share whose parsed command equals the parsed target (canonical arguments),
-     'unparseable_rate', 'num_dev', and 'tool_accuracy/<op>' per target op}.
+     'executable_rate_non_null': executable share among the predictions whose op is
+     not ∅ (NaN if there are none), 'unparseable_rate', 'num_dev', and
+     'tool_accuracy/<op>', 'exact_match/<op>' per target op}.
   Raises:
     ValueError: different numbers of records and predictions, or no records.
   """
@@ -58,6 +60,8 @@ def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str
     raise ValueError('dev metrics need at least one record')
   tool, invalid, exact, unparseable = [], [], [], []
   per_op: dict[str, list[bool]] = {}
+  exact_per_op: dict[str, list[bool]] = {}
+  invalid_non_null: list[bool] = []
   for rec, text in zip(records, predictions):
     parsed = cmds.parse_command(text, executor_config.max_command_chars)
     ok_parse = isinstance(parsed, cmds.Command)
@@ -70,12 +74,20 @@ def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str
     invalid.append(not accepted)
     unparseable.append(not ok_parse)
     exact.append(ok_parse and isinstance(target, cmds.Command) and parsed == target)
+    exact_per_op.setdefault(rec.op, []).append(exact[-1])
+    if pred_op != cmds.NULL:
+      invalid_non_null.append(not accepted)
   out = {'tool_accuracy': float(np.mean(tool)), 'invalid_rate': float(np.mean(invalid)),
          'executable_rate': 1.0 - float(np.mean(invalid)),
+         # A policy that answers ∅ everywhere is fully "executable"; this share counts
+         # only the predictions that are not ∅ (NaN when every prediction is ∅).
+         'executable_rate_non_null': (1.0 - float(np.mean(invalid_non_null))
+                                      if invalid_non_null else float('nan')),
          'exact_match': float(np.mean(exact)),
          'unparseable_rate': float(np.mean(unparseable)), 'num_dev': float(len(records))}
   for op in sorted(per_op):
     out[f'tool_accuracy/{op}'] = float(np.mean(per_op[op]))
+    out[f'exact_match/{op}'] = float(np.mean(exact_per_op[op]))
   return out
 
 

@@ -16,8 +16,8 @@ Optimizer (SPEC §4; `train/optim.py`): optax AdamW (`sft.adam_b1` / `adam_b2` /
 `adam_eps`, decision: 0.9 / 0.999 / 1e-8 as PyTorch and HF; weight decay
 `sft.weight_decay`, not applied to 1-D parameters — biases and norm scales — as HF
 does), global-norm clipping at `sft.max_grad_norm`, learning rate `sft.learning_rate`
-with linear warmup over ceil(warmup_ratio · total) steps from 0, then `sft.lr_schedule`
-(decision: 'linear' decay to 0 at the last step, HF `get_linear_schedule_with_warmup`;
+with linear warmup over ceil(warmup_ratio · total) steps from lr/w (never 0), then
+`sft.lr_schedule` (decision: 'linear' decay to 0 at the last step, HF `get_linear_schedule_with_warmup`;
 the paper gives only the warmup ratio). Batch `sft.batch_size` records per step,
 `sft.num_epochs` epochs (or `sft.max_steps` steps when set).
 
@@ -93,8 +93,8 @@ class OptimizerConfig:
 
 
 def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
-  """Learning rate of the update after `count` completed steps: 0 -> peak over the
-  warmup steps, then `opt.lr_schedule` (optim.lr_schedule; 'linear': to 0 at
+  """Learning rate of the update after `count` completed steps: peak/w -> peak over
+  the w warmup steps, then `opt.lr_schedule` (optim.lr_schedule; 'linear': to 0 at
   total_steps, the HF linear schedule with warmup)."""
   rate = optim.lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps,
                            opt.warmup_ratio)

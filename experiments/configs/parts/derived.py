@@ -52,20 +52,54 @@ MIN_COMMAND_BUCKET = 16  # decision: short commands (Null, Delete) are ~10-20 to
 _LazyOp = collections.namedtuple('_LazyOp', ['fn', 'args'])
 
 
-def _buckets_op(min_len: int, unused_value: Any, max_len: int) -> tuple[int, ...]:
-  return tuple(power_of_two_buckets(min_len, int(max_len)))
+def linear_buckets(min_len: int | None, max_len: int, step: int) -> list[int]:
+  """Length buckets every `step` tokens from `min_len` below `max_len`, then `max_len`
+  (just `[max_len]` when min_len is None or >= max_len). Tokens."""
+  if max_len <= 0 or step <= 0:
+    raise ValueError(f'bucket bound and step must be positive, got {max_len}, {step}')
+  if min_len is None:
+    return [max_len]
+  return list(range(min_len, max_len, step)) + [max_len]
 
 
-def derived_buckets_ref(min_len: int,
-                        max_len: ml_collections.FieldReference
-                        ) -> ml_collections.FieldReference:
-  """A tuple field equal to power_of_two_buckets(min_len, max_len) whenever read.
+# The tiny (CPU) scale's buckets (decision, measured): every 128 tokens from 384, and
+# one command bucket. On CPU the cost of a padded row grows with T^2 (attention), so
+# finer length buckets pay for their extra compilations within one SFT run, while the
+# command bucket only sizes the [B, L, V] head projection.
+TINY_BUCKET_STEP = 128
+TINY_MIN_BUCKET = 384
+
+
+def _buckets_op(min_len: int | None, step: int | None, unused_value: Any,
+                max_len: int) -> tuple[int, ...]:
+  if step is None:
+    return tuple(power_of_two_buckets(min_len, int(max_len)))
+  return tuple(linear_buckets(min_len, int(max_len), step))
+
+
+def derived_buckets_ref(min_len: int | None,
+                        max_len: ml_collections.FieldReference, *,
+                        step: int | None = None) -> ml_collections.FieldReference:
+  """A tuple field equal to power_of_two_buckets(min_len, max_len) whenever read (with
+  `step`: linear_buckets(min_len, max_len, step)).
 
   Assigning a tuple to the field (command line, code) drops the derivation.
   """
   return ml_collections.FieldReference(
       (), field_type=tuple,
-      op=_LazyOp(functools.partial(_buckets_op, min_len), [max_len]))
+      op=_LazyOp(functools.partial(_buckets_op, min_len, step), [max_len]))
+
+
+def install_tiny_buckets(c: ml_collections.ConfigDict) -> None:
+  """Re-derives the three bucket fields of `c` with the tiny scheme (`TINY_*`)."""
+  max_prompt = (c.memory.get_ref('policy_input_limit')
+                + c.sampling.get_ref('prompt_overhead_tokens'))
+  max_cmd = c.sampling.get_ref('max_command_tokens')
+  c.sampling.prompt_buckets = derived_buckets_ref(TINY_MIN_BUCKET, max_prompt,
+                                                  step=TINY_BUCKET_STEP)
+  c.batching.length_buckets = derived_buckets_ref(TINY_MIN_BUCKET, max_prompt + max_cmd,
+                                                  step=TINY_BUCKET_STEP)
+  c.batching.command_buckets = derived_buckets_ref(None, max_cmd, step=TINY_BUCKET_STEP)
 
 
 def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, ...]]:
@@ -78,12 +112,21 @@ def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, .
      P_max + sampling.max_command_tokens;
      'batching.command_buckets': powers of two from MIN_COMMAND_BUCKET, then
      sampling.max_command_tokens}.
+    At the tiny scale: `linear_buckets` every TINY_BUCKET_STEP tokens from
+    TINY_MIN_BUCKET instead, and the one command bucket max_command_tokens.
     These are the values `get_config` installs (lazily, so they follow overrides of
     the three limits); a config whose bucket fields were set by hand may differ.
   """
   max_prompt = (int(config.memory.policy_input_limit)
                 + int(config.sampling.prompt_overhead_tokens))
   max_cmd = int(config.sampling.max_command_tokens)
+  if config.get('scale') == 'tiny':
+    step, low = TINY_BUCKET_STEP, TINY_MIN_BUCKET
+    return {
+        'sampling.prompt_buckets': tuple(linear_buckets(low, max_prompt, step)),
+        'batching.length_buckets': tuple(linear_buckets(low, max_prompt + max_cmd, step)),
+        'batching.command_buckets': tuple(linear_buckets(None, max_cmd, step)),
+    }
   return {
       'sampling.prompt_buckets': tuple(power_of_two_buckets(MIN_PROMPT_BUCKET,
                                                             max_prompt)),
@@ -95,13 +138,15 @@ def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, .
 
 
 def _tokenizer_dir_op(unused_value: Any, data_dir: str, name: str) -> str:
-  return paths.tokenizer_dir(name, data_dir)
+  return paths.tokenizer_path(name, data_dir)
 
 
 def derived_tokenizer_path_ref(c: ml_collections.ConfigDict
                                ) -> ml_collections.FieldReference:
-  """A str field equal to `<data.data_dir>/tokenizers/<tokenizer.name>` whenever read,
-  so `--config.data.data_dir=/elsewhere` moves the tokenizer with the data.
+  """A str field equal to `paths.tokenizer_path(tokenizer.name, data.data_dir)` whenever
+  read: the packaged SentencePiece model for a packaged name (`hotpotqa-sp4k`), else
+  `<data.data_dir>/tokenizers/<tokenizer.name>`, so `--config.data.data_dir=/elsewhere`
+  moves a Hugging Face tokenizer with the data.
 
   Assigning a path to the field (command line, code) drops the derivation. The
   initial value is '' rather than None: FieldReference skips its ops on None.

@@ -70,6 +70,12 @@ def _model(c: ml_collections.ConfigDict) -> None:
   c.model.mesh_data = -1               # mesh axes (models/sharding.py); -1 = the rest
   c.model.mesh_fsdp = 1
   c.model.mesh_tensor = 1
+  # Architecture overrides of the preset (HF config.json names; None = the preset's
+  # value): `--config.model.hidden_size=384 --config.model.num_hidden_layers=4`. Only
+  # with model.preset; a checkpoint brings its own shapes (train/setup.py).
+  for name in ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+               'num_attention_heads', 'num_key_value_heads', 'head_dim'):
+    c.model[name] = ml_collections.FieldReference(None, field_type=int)
 
 
 def _memory(c: ml_collections.ConfigDict) -> None:
@@ -178,6 +184,7 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).
   c.sft.max_consecutive_skips = 3
   c.sft.eval_every = 200               # decision: steps between dev evaluations
+  c.sft.eval_each_epoch = True         # decision: also evaluate (and save) at epoch ends
   c.sft.max_steps = ml_collections.FieldReference(None, field_type=int)  # None = epochs
 
 
@@ -195,6 +202,9 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   c.rl.entropy_coef = 0.0              # SPEC §6: no entropy bonus
   c.rl.weight_decay = 0.0              # decision: SPEC gives none
   c.rl.monitor_every = 10              # decision: cadence of m^all / m^ans (updates)
+  # Greedy internal-dev episodes run at the phase's start (θ_prev) and end for its
+  # summary (train/internal_dev.py; decision: 64 of the 800 dev episodes; 0 = off).
+  c.rl.internal_dev_episodes = 64
   c.rl.reference_phase = curriculum.PREVIOUS_PHASE.get(c.phase) or ''  # SPEC §4 π_ref
   # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
   #   'learner': recomputed in the learner's forward at the rollout temperature under

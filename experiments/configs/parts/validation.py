@@ -144,6 +144,8 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(t.num_epochs >= 1, 'sft.num_epochs', 'must be >= 1')
   _require(t.weight_decay >= 0, 'sft.weight_decay', 'must be >= 0')
   _require(t.eval_every >= 1, 'sft.eval_every', 'must be >= 1')
+  _require(isinstance(t.eval_each_epoch, bool), 'sft.eval_each_epoch',
+           f'must be True or False, got {t.eval_each_epoch!r}')
   _require(t.max_steps is None or t.max_steps >= 1, 'sft.max_steps', 'must be >= 1 or None')
   _require(t.teacher_backend in TEACHER_BACKENDS, 'sft.teacher_backend',
            f'{t.teacher_backend!r} not in {TEACHER_BACKENDS}')
@@ -185,6 +187,9 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
   _require(r.entropy_coef >= 0, 'rl.entropy_coef', 'must be >= 0')
   _require(r.weight_decay >= 0, 'rl.weight_decay', 'must be >= 0')
   _require(r.monitor_every >= 1, 'rl.monitor_every', 'must be >= 1')
+  _require(isinstance(r.internal_dev_episodes, int) and r.internal_dev_episodes >= 0,
+           'rl.internal_dev_episodes',
+           f'must be an int >= 0 (0 = off), got {r.internal_dev_episodes!r}')
   _require(r.old_logprobs in OLD_LOGPROBS_SOURCES, 'rl.old_logprobs',
            f'{r.old_logprobs!r} not in {OLD_LOGPROBS_SOURCES}')
   previous = curriculum.PREVIOUS_PHASE.get(config.phase)

@@ -1,0 +1,90 @@
+"""End-of-phase summary blocks (vermem_jax/train/summaries.py) and the internal-dev
+episode figures (vermem_jax/train/internal_dev.py) on hand-made inputs."""
+
+import math
+import os
+
+import pytest
+
+from vermem_jax.train import internal_dev
+from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import summaries
+
+
+def _rl_rows(n):
+  rows = []
+  for step in range(1, n + 1):
+    rows.append({'step': step, 'reward/r_task': step / n, 'reward/r_global': 0.5,
+                 'reward/m_ans': step / (2 * n), 'rollout/rejected_rate': 1 - step / n,
+                 'rollout/op_share_Add': step / n, 'rollout/op_share_Invalid': 1 - step / n})
+  return rows
+
+
+def test_window_means_first_and_last():
+  rows = [{'step': 0, 'internal_dev/start/r_task': 0.3}] + _rl_rows(10)
+  (f0, f1, first), (l0, l1, last) = summaries.window_means(rows, 3)
+  assert (f0, f1, l0, l1) == (1, 3, 8, 10)
+  assert first['reward/r_task'] == pytest.approx((0.1 + 0.2 + 0.3) / 3)
+  assert last['rollout/rejected_rate'] == pytest.approx((0.2 + 0.1 + 0.0) / 3)
+  # Two updates: windows of one update each; one update: the same row twice.
+  (f0, f1, _), (l0, l1, _) = summaries.window_means(_rl_rows(2), 3)
+  assert (f0, f1, l0, l1) == (1, 1, 2, 2)
+  (f0, _, a), (l0, _, b) = summaries.window_means(_rl_rows(1), 3)
+  assert f0 == l0 == 1 and a == b
+  # An op missing from some updates averages as a share of 0 there.
+  rows = _rl_rows(4)
+  rows[0]['rollout/op_share_Delete'] = 0.5
+  (_, _, first), _ = summaries.window_means(rows, 2)
+  assert first['rollout/op_share_Delete'] == pytest.approx(0.25)
+  with pytest.raises(ValueError):
+    summaries.window_means([{'step': 0}], 3)
+
+
+def test_op_mix_orders_by_share_and_names_null():
+  mix = internal_dev.op_mix({'op_share/Null': 0.25, 'op_share/Add': 0.5,
+                             'op_share/Invalid': 0.25, 'op_share/Delete': 0.0, 'x': 1})
+  assert mix == 'Add 50%, ∅ 25%, Invalid 25%'
+  assert internal_dev.op_mix({}) == '-'
+
+
+def test_rl_summary_block(tmp_path):
+  phase_dir = tmp_path / 'phase_a'
+  with metrics_lib.MetricsWriter(str(phase_dir), tensorboard=False) as w:
+    for row in _rl_rows(6):
+      w.write(row.pop('step'), row)
+  result = {'step': 6, 'reference_phase': 'sft',
+            'internal_dev/start/num_episodes': 8.0, 'internal_dev/start/r_task': 0.25,
+            'internal_dev/start/m_ans': 0.125, 'internal_dev/start/r_sup': 0.5,
+            'internal_dev/start/rejected_rate': 0.5, 'internal_dev/start/op_share/Add': 1.0,
+            'internal_dev/end/num_episodes': 8.0, 'internal_dev/end/r_task': 0.5,
+            'internal_dev/end/m_ans': 0.375, 'internal_dev/end/r_sup': 0.75,
+            'internal_dev/end/rejected_rate': 0.25, 'internal_dev/end/op_share/Null': 1.0}
+  text = summaries.phase_summary('phase_a', result, str(phase_dir), workdir=str(tmp_path))
+  lines = text.splitlines()
+  assert lines[0].startswith('phase_a summary: 6 updates (CPU stand-ins')
+  assert 'updates 1-3' in text and 'updates 4-6' in text
+  r_task = next(l for l in lines if l.strip().startswith('r^task') and '0.333' in l)
+  assert r_task.split()[-2:] == ['0.333', '0.833']  # (1+2+3)/18, (4+5+6)/18
+  assert 'Add 83%, Invalid 17%' in text  # last window: shares 4/6, 5/6, 6/6 of Add
+  assert 'internal dev (8 ep., greedy)' in text and 'start (θ sft)' in text
+  dev_r = next(l for l in lines if l.strip().startswith('r^task') and '0.250' in l)
+  assert dev_r.split()[-2:] == ['0.250', '0.500']
+  assert 'dev operation mix, end   ∅ 100%' in text
+  assert os.path.join(str(phase_dir), 'advantages.jsonl') in text
+  assert f'VERMEM_WORKDIR={tmp_path} jupyter nbconvert' in text
+
+
+def test_sft_summary_block(tmp_path):
+  result = {'step': 120, 'total_steps': 120, 'num_train': 768, 'num_dev': 64,
+            'best_step': 120, 'best_tool_accuracy': 0.5, 'tool_accuracy': 0.5,
+            'executable_rate': 0.75, 'executable_rate_non_null': math.nan,
+            'exact_match': 0.25, 'dev_loss': 1.5,
+            'tool_accuracy/Add': 0.625, 'exact_match/Add': 0.125,
+            'tool_accuracy/Null': 1.0, 'exact_match/Null': 1.0}
+  text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
+  assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text
+  assert 'dev tool accuracy    0.500' in text
+  assert '(non-∅ predictions: n/a)' in text
+  assert any(l.split() == ['Add', '0.62', '0.12'] for l in text.splitlines())
+  assert any(l.split() == ['∅', '1.00', '1.00'] for l in text.splitlines())
+  assert 'Update' not in text  # classes without a figure are left out
