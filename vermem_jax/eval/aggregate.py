@@ -132,7 +132,7 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
            judge_text or ('Judge: ' + (judge_label
                                        or f'none — J_judge and MQ are {ABSENT}')),
            f'Seeds: {", ".join(str(s) for s in seeds)}; tasks per seed: '
-           + ', '.join(f'{k}: {v}' for k, v in num_questions.items()), '']
+           + ', '.join(f'{v} (seed {k})' for k, v in num_questions.items()), '']
   head = ['policy'] + [h for _, h, _, _ in metrics]
   lines.append('| ' + ' | '.join(head) + ' |')
   lines.append('|' + '|'.join(['---'] * len(head)) + '|')

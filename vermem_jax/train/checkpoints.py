@@ -212,6 +212,15 @@ _MISMATCH_MARKERS = ('is not compatible with the stored shape',
                      'tree structures do not match')
 
 
+def _error_line(e: BaseException, limit: int = 300) -> str:
+  """`Type: message` of an exception on one line (TensorStore errors carry the whole
+  multi-line spec of the array), cut to `limit` characters."""
+  text = ' '.join(str(e).split())
+  if len(text) > limit:
+    text = text[:limit] + ' …'
+  return f'{type(e).__name__}: {text}'
+
+
 def _no_restorable_error(directory: str, errors: Sequence[str]) -> CheckpointError:
   """CheckpointError listing each step's error, with a hint when all are mismatches.
 
@@ -226,6 +235,9 @@ def _no_restorable_error(directory: str, errors: Sequence[str]) -> CheckpointErr
     msg += ('\nEvery step differs from the restore template in shapes or structure: '
             'the checkpoints were written for another model (compare model.preset / '
             'model.hf_checkpoint with the run that saved them). Nothing was deleted.')
+  elif errors:
+    msg += (f'\nNothing was deleted. To start this phase over, move {directory} aside '
+            'and run the phase that writes it again.')
   return CheckpointError(msg)
 
 
@@ -471,7 +483,7 @@ class PhaseCheckpointManager:
       try:
         state = self._restore_step(s, template)
       except Exception as e:  # pylint: disable=broad-except
-        why = f'{type(e).__name__}: {str(e)[:500]}'
+        why = _error_line(e)
         self._unrestorable[s] = why
         errors.append(f'step {s}: {why}')
         logging.warning('checkpoint step %d in %s is unrestorable (%s); falling back to '
@@ -544,7 +556,7 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
         restored = mgr._manager.restore(s, args=ocp.args.Composite(  # pylint: disable=protected-access
             params=ocp.args.StandardRestore(abstract)))
       except Exception as e:  # pylint: disable=broad-except
-        errors.append(f'step {s}: {type(e).__name__}: {str(e)[:300]}')
+        errors.append(f'step {s}: {_error_line(e)}')
         logging.warning('params of checkpoint step %d in %s are unrestorable (%s); '
                         'falling back', s, directory, errors[-1])
         continue
