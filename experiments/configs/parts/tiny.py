@@ -69,6 +69,15 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.rl.learning_rate = 1e-3
   c.rl.eval_every = 1                  # score every update's checkpoint on dev
   c.advantage.running_stats_init_count = 4
+  # With 4 gold (teacher) dev transitions per type instead of 128, the running σ is 0
+  # for Retrieve and ∅ (heuristic verifier, measured: mean 1.0, var 0), so SPEC's floor
+  # of 0.01 set the scale: an executed Retrieve scoring 0.375 got A^local = −5 while a
+  # parse failure got −1 (A^local 0, cost 1), so updates favoured unparseable commands.
+  # A floor at a quarter point of r^local (its resolution is 1/16) and batch statistics
+  # from 2 instances of a type (8 rollouts per update rarely hold 8) keep the scale
+  # where the policy's own commands are.
+  c.advantage.std_floor = 0.25
+  c.advantage.local_min_count = 2
   c.verifier.backend = 'heuristic'     # CPU stand-in for the LLM verifiers
   c.solver.backend = 'oracle'          # oracle-evidence reader
   if phase in paper.PAPER_EPISODES:
