@@ -69,6 +69,15 @@ def test_tables_and_json_written(tmp_path):
   assert label in md and 'J_judge and MQ are absent' in md
   assert '| base | — | — | 50.0 ± 35.4 |' in md
   assert 'Operation mix' in md
+  # Each counted column says what it counts, once, under the table.
+  for text in ('TN: online tokens', 'TC: non-null memory-tool calls',
+               'invalid %: decisions T_m rejected'):
+    assert md.count(text) == 1
+  custom = aggregate.markdown_table(agg, solver_label='x', judge_label=None,
+                                    num_questions={'42': 4}, seeds=[42],
+                                    metrics=[m for m in aggregate.TABLE_METRICS
+                                             if m[0] == 'em'])
+  assert 'TC:' not in custom and 'TN:' not in custom
   rows = list(csv.DictReader(open(paths['csv'])))
   assert [r['policy'] for r in rows] == ['base', 'phase_b']
   assert rows[0]['solver'] == label and float(rows[0]['em_mean']) == 0.5

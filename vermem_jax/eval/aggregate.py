@@ -45,6 +45,16 @@ TABLE_METRICS = (
     ('tn_at_target', 'TN@S*', 1.0, 0),
 )
 ABSENT = 'absent'
+# What a column counts, printed under the table for the columns it has (per episode,
+# mean over tasks, then mean ± std over seeds).
+COLUMN_NOTES = (
+    ('tn', 'TN: online tokens per episode, input + output of every policy and solver '
+           'call'),
+    ('tc', 'TC: non-null memory-tool calls per episode, TC exec (accepted) + TC rej '
+           '(rejected by T_m); ∅ and text naming no tool count in neither'),
+    ('invalid_rate', 'invalid %: decisions T_m rejected, unparseable text included, '
+                     'over all decisions'),
+)
 
 
 def _stats(values: Sequence[Optional[float]]) -> dict[str, Any]:
@@ -141,9 +151,14 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
     for key, _, scale, dec in metrics:
       cells.append(_fmt(entry.get(key), scale, dec))
     lines.append('| ' + ' | '.join(cells) + ' |')
+  keys = {key for key, _, _, _ in metrics}
+  notes = [text for key, text in COLUMN_NOTES if key in keys]
+  if notes:
+    lines += [''] + [f'- {text}' for text in notes]
   ops = sorted({op for e in agg.values() for op in e.get('op_mix', {})})
   if ops:
-    lines += ['', 'Operation mix (% of decisions):', '',
+    lines += ['', 'Operation mix (% of decisions; a command is counted under the tool '
+              'it names, accepted or not; Invalid names none):', '',
               '| policy | ' + ' | '.join(ops) + ' |',
               '|' + '|'.join(['---'] * (len(ops) + 1)) + '|']
     for p, entry in agg.items():
