@@ -23,6 +23,7 @@ last one is the steady-state figure. For each update it prints seconds and share
 
 With --ab_share_prefill every update's rollouts are collected twice with the same rng,
 first with `sampling.share_prefill=False` then True (so load changes hit both alike),
+each after an untimed warm-up collection of both (compilation excluded from both sides),
 and the sampling seconds, prompts prefilled and sampled tokens of both are printed
 (identical tokens are checked); the learner runs on the second collection. --out
 writes every figure as JSON, with the load average at each update.
@@ -141,6 +142,7 @@ def main():
     ids = task_selection.select_tasks(len(setup.train_specs), n,
                                       setup.rollout_config.tasks_per_update, seed=seed)
     before = sampling.prefill_counts()
+    compiles_before = sampling.compile_count()
     t0 = time.perf_counter()
     res = rollout.collect_update(
         [setup.train_specs[i] for i in ids], pol, setup.solver, setup.verifier,
@@ -153,11 +155,17 @@ def main():
         reward_config=setup.reward_config, phase='phase_b', update=n)
     after = sampling.prefill_counts()
     counts = {k: after[k] - before[k] for k in after}
+    counts['compiles'] = sampling.compile_count() - compiles_before
     return res, time.perf_counter() - t0, counts
 
   for n in range(1, args.updates + 1):
     entry = {'update': n, 'load_average': os.getloadavg()[0]}
     if args.ab_share_prefill:
+      # Untimed warm-up of both sides with the same rng (so the same shapes): sharing
+      # meets more (prefill rows, batch) shapes than the unshared path, and a shape's
+      # first call compiles (~3 s here), which would otherwise be timed as sampling.
+      for pol in (unshared, policy):
+        collect(pol, n, copy.deepcopy(running))
       # A copy of the running statistics: the A run must not advance them.
       base, base_s, base_counts = collect(unshared, n, copy.deepcopy(running))
       entry['unshared'] = {'collect_s': base_s,
@@ -204,7 +212,8 @@ def main():
       print(f'  shared prefill A/B (same rng; load average {entry["load_average"]:.1f}):'
             f' sampling {u["sampling_s"]:.2f} s -> {s["sampling_s"]:.2f} s '
             f'({u["sampling_s"] / s["sampling_s"]:.2f}x), prompts prefilled '
-            f'{u["prefilled"]} -> {s["prefilled"]} of {s["rows"]} rows, sampling share '
+            f'{u["prefilled"]} -> {s["prefilled"]} of {s["rows"]} rows (compiles '
+            f'during the timed runs: {u["compiles"]}, {s["compiles"]}), sampling share '
             f'of collection {100 * u["sampling_share_of_collection"]:.1f}% -> '
             f'{100 * s["sampling_share_of_collection"]:.1f}%, same commands: '
             f'{entry["same_commands"]}')
