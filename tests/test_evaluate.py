@@ -73,6 +73,24 @@ def test_base_and_a_phase_twice_identical(tmp_path, workdir):
   assert len(curve) == 4 and curve == sorted(curve)
 
 
+def test_failed_evaluation_keeps_the_previous_episodes(tmp_path, workdir, monkeypatch):
+  c = eval_config(tmp_path)
+  first = evaluate.run_evaluation(c, workdir)
+  path = first['paths']['jsonl']
+  before = open(path).read()
+  real = eval_policies.load_policy
+
+  def failing(source, *args, **kwargs):
+    if source.label == 'sft':  # after Base has run and its records were written
+      raise ValueError('sft checkpoint unreadable')
+    return real(source, *args, **kwargs)
+  monkeypatch.setattr(eval_policies, 'load_policy', failing)
+  with pytest.raises(ValueError, match='unreadable'):
+    evaluate.run_evaluation(c, workdir)
+  assert open(path).read() == before
+  assert not os.path.exists(path + '.partial')
+
+
 def test_frontier_reruns_match_the_derived_curve(tmp_path, workdir):
   derived = evaluate.run_evaluation(eval_config(tmp_path, policies='base'), workdir)
   derived_recs = _jsonl(derived['paths']['jsonl'])

@@ -169,13 +169,16 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   out_dir = output_dir(config, workdir)
   os.makedirs(out_dir, exist_ok=True)
   jsonl_path = os.path.join(out_dir, 'episodes.jsonl')
+  # Written beside and moved into place once every policy has run: an evaluation that
+  # fails part-way (e.g. on a corrupt checkpoint) leaves the previous results whole.
+  partial_path = jsonl_path + '.partial'
   per_seed: dict[int, dict[str, dict]] = {}
   infos: dict[str, list] = {}
   timings: dict[str, float] = {}
   loaded: dict[tuple, Any] = {}
   num_items: dict[str, int] = {}
   try:
-    with open(jsonl_path, 'w') as jsonl:
+    with open(partial_path, 'w') as jsonl:
       for seed in seeds:
         wd = eval_policies.seed_workdir(workdir, seed)
         items = suite.items(seed)
@@ -211,8 +214,13 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
           logging.info('eval %s %s seed %d: SR %.1f%%, TN %.0f (%.1fs)', suite.subdir,
                        source.label, seed, summary['success_rate'], summary['tn'],
                        timings[f'{source.label}/seed_{seed}'])
+  except BaseException:
+    if os.path.exists(partial_path):
+      os.remove(partial_path)
+    raise
   finally:
     suite.close()
+  os.replace(partial_path, jsonl_path)
   agg = aggregate.aggregate(per_seed, budgets=budgets,
                             target_success=float(ev.target_success),
                             target_budget=float(ev.target_budget))
