@@ -54,6 +54,10 @@ COLUMN_NOTES = (
            '(rejected by T_m); ∅ and text naming no tool count in neither'),
     ('invalid_rate', 'invalid %: decisions T_m rejected, unparseable text included, '
                      'over all decisions'),
+    ('sr_at_budget', 'SR@B* %: success rate at the token budget B* (eval.target_budget) '
+                     'on the success-vs-TN frontier (frontier.png)'),
+    ('tn_at_target', 'TN@S*: online tokens at which the frontier reaches the success '
+                     'rate S* (eval.target_success); — when it never does'),
 )
 
 
@@ -157,8 +161,9 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
     lines += [''] + [f'- {text}' for text in notes]
   ops = sorted({op for e in agg.values() for op in e.get('op_mix', {})})
   if ops:
-    lines += ['', 'Operation mix (% of decisions; a command is counted under the tool '
-              'it names, accepted or not; Invalid names none):', '',
+    lines += ['', 'Operation mix (% of decisions: tool calls under their tool, executed '
+              'or rejected; Null = ∅; Invalid = text that does not parse as a command):',
+              '',
               '| policy | ' + ' | '.join(ops) + ' |',
               '|' + '|'.join(['---'] * (len(ops) + 1)) + '|']
     for p, entry in agg.items():

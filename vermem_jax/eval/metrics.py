@@ -47,6 +47,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
 from vermem_jax.eval import hotpotqa_metrics
+from vermem_jax.memory import commands
 
 # Success rules for HotpotQA episodes (config `eval.success_rule`).
 SUCCESS_RULES = ('auto', 'em', 'judge')
@@ -109,7 +110,12 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
             'progress': float(result.progress), 'env_steps': int(result.env_steps),
             'invalid_actions': sum(d.env_step is not None and not d.env_step.info.get(
                 'valid', True) for d in result.decisions)}
-  ops = collections.Counter(d.op for d in result.decisions)
+  # The mix matches TC: a tool call (executed or rejected) under its tool, a valid ∅ as
+  # Null, and text that does not parse as a command as Invalid, whatever name it starts
+  # with.
+  ops = collections.Counter(
+      d.op if d.is_tool_call or (d.op == commands.NULL and d.accepted)
+      else commands.INVALID_OP for d in result.decisions)
   return {
       **task, 'episode_id': result.spec.episode_id, 'policy': policy,
       'seed': int(seed), 'budget': budget, 'answer': answer,
