@@ -342,6 +342,10 @@ def entry() -> None:
   except flags.Error as e:
     print(f'error: {e}', file=sys.stderr)
     sys.exit(2)
+  if len(remaining) > 1:  # app.run would print the whole usage text with status 1
+    print(f'error: unexpected arguments {remaining[1:]} (every setting is a flag: '
+          '--config=..., --workdir=..., --config.<section>.<field>=...)', file=sys.stderr)
+    sys.exit(2)
   app.run(main, argv=argv, flags_parser=lambda unused_argv: remaining)
 
 

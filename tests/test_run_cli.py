@@ -228,6 +228,8 @@ def test_unwritable_workdir_fails_before_any_phase(tmp_path, monkeypatch):
   blocker.write_text('')  # a path below a file can never be created (even as root)
   with pytest.raises(ValueError, match=r'--workdir=.*a_file/runs: cannot write there'):
     run_cli.run(common.get_config('sft'), str(blocker / 'runs'))
+  with pytest.raises(ValueError, match=r'--workdir=.*a_file is a file, not a directory'):
+    run_cli.run(common.get_config('sft'), str(blocker))
   assert calls == []
 
 
@@ -416,6 +418,15 @@ def test_cli_non_numeric_override_is_one_error_line_with_status_2(tmp_path):
              '--dry_run')
   assert res.returncode == 2 and 'config.rl.learning_rate = -1.0' in res.stdout
   assert 'error: config.rl.learning_rate: must be > 0' in res.stderr
+  assert not os.listdir(tmp_path)
+
+
+def test_cli_positional_argument_is_one_error_line_with_status_2(tmp_path):
+  res = _cli('--config=phase_b', f'--workdir={tmp_path}', 'extra_arg')
+  assert res.returncode == 2
+  lines = res.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith(
+      "error: unexpected arguments ['extra_arg']"), res.stderr
   assert not os.listdir(tmp_path)
 
 

@@ -24,6 +24,9 @@ def check_workdir_writable(workdir: str) -> None:
     ValueError: naming the path and the OS error.
   """
   import tempfile  # pylint: disable=g-import-not-at-top
+  if os.path.exists(workdir) and not os.path.isdir(workdir):
+    raise ValueError(f'--workdir={workdir} is a file, not a directory; pass a directory '
+                     '(it is created when missing)')
   try:
     os.makedirs(workdir, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=workdir, prefix='.write_test'):
