@@ -18,6 +18,7 @@ from experiments.cli import config_argv
 from experiments.cli import overrides
 from experiments.cli import phase_plan
 from experiments.cli import workdir_lock
+from experiments.cli import preflight
 from experiments.configs import common
 from experiments.configs.parts import curriculum
 from experiments.configs.parts import derived
@@ -288,6 +289,22 @@ def test_unreachable_verifier_fails_before_any_phase(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match="config.verifier: .*'VERMEM_TEST_UNSET_KEY_VAR', "
                      'which is unset'):
     run_cli.run(config, str(tmp_path))
+  assert calls == []
+
+
+def test_random_local_verifier_is_said_before_any_phase(tmp_path, monkeypatch, caplog):
+  calls = []
+  _fake_runners(monkeypatch, calls)
+  monkeypatch.setattr(preflight.logging, 'warning',
+                      lambda msg, *a: calls.append(('warning', msg % a)))
+  c = common.get_config('phase_a')
+  c.verifier.backend = 'local_model'
+  run_cli.run(c, str(tmp_path / 'w'))
+  assert 'the verifier has random weights' in calls[0][1]
+  assert len(calls) > 1  # the phases ran after the warning
+  calls.clear()
+  c.verifier.backend = 'heuristic'
+  preflight.check_local_verifier(c)
   assert calls == []
 
 

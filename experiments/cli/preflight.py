@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from absl import logging
 import ml_collections
 
 from experiments.configs.parts import library
@@ -56,3 +57,14 @@ def check_verifier_endpoint(config: ml_collections.ConfigDict) -> None:
     if str(e).startswith('config.'):
       raise
     raise ValueError(f'config.verifier: {e}') from e
+
+
+def check_local_verifier(config: ml_collections.ConfigDict) -> None:
+  """For `verifier.backend='local_model'` without `verifier.checkpoint_path` (random
+  weights, whose scores are noise: the tests' setting): says so before any training,
+  not after. (A named folder that does not exist is the config layer's error.)"""
+  v = config.verifier
+  if v.backend == 'local_model' and not v.get('checkpoint_path'):
+    logging.warning('verifier.backend=local_model without verifier.checkpoint_path: the '
+                    'verifier has random weights, so r^local and r^global are noise; set '
+                    '--config.verifier.checkpoint_path=<HF checkpoint folder>')
