@@ -53,8 +53,10 @@ def plot_frontier(agg: Mapping[str, Mapping[str, Any]], path: str, *,
     ax.fill_between(b, [m - s for m, s in zip(mean, std)],
                     [m + s for m, s in zip(mean, std)], color=line.get_color(),
                     alpha=0.2, linewidth=0)
-  ax.axhline(target_success, ls=':', color='gray', lw=1)
-  ax.axvline(target_budget, ls=':', color='gray', lw=1)
+  ax.axhline(target_success, ls=':', color='gray', lw=1,
+             label=f'S* = {target_success:g}% (TN@S*)')
+  ax.axvline(target_budget, ls='--', color='gray', lw=1,
+             label=f'B* = {target_budget:g} tokens (SR@B*)')
   ax.set_xlabel('online-token budget per episode')
   ax.set_ylabel('success rate (%)')
   ax.set_ylim(-2, 102)
@@ -84,7 +86,9 @@ def plot_bars(agg: Mapping[str, Mapping[str, Any]], out_dir: str, *,
     if not names:
       continue
     fig, ax = plt.subplots(figsize=(max(3.2, 1.1 * len(names) + 1.5), 3.4))
-    ax.bar(range(len(names)), means, yerr=stds, capsize=4, color='tab:blue', alpha=0.8)
+    spread = any(stds)  # one seed: no error bars (the table shows no std either)
+    ax.bar(range(len(names)), means, yerr=stds if spread else None,
+           capsize=4 if spread else 0, color='tab:blue', alpha=0.8)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=20, ha='right', fontsize=8)
     ax.set_ylabel(label)

@@ -240,12 +240,15 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                                   metrics=suite.table_metrics,
                                   judge_text=suite.judge_text)
   paths['jsonl'] = jsonl_path
+  # A figure copied out of the workdir keeps the solver caveat (the part of the label
+  # before its explanation: 'oracle-evidence reader — DIAGNOSTIC stand-in, not an LLM').
+  figure_title = f'{suite.title}\nsolver: {suite.solver_label.split(":")[0]}'
   fr = plots.plot_frontier(agg, os.path.join(out_dir, 'frontier.png'),
                            target_success=float(ev.target_success),
-                           target_budget=float(ev.target_budget), title=suite.title)
+                           target_budget=float(ev.target_budget), title=figure_title)
   if fr:
     paths['frontier'] = fr
-  paths['bars'] = plots.plot_bars(agg, out_dir, title=suite.title)
+  paths['bars'] = plots.plot_bars(agg, out_dir, title=figure_title)
   with open(paths['md']) as f:
     table = f.read()
   return {'aggregate': agg, 'per_seed': per_seed, 'paths': paths, 'table': table,
