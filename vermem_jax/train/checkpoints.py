@@ -550,15 +550,17 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
     elif best is not None:
       steps = [best] + [s for s in steps if s != best]
     errors = []
-    for s in steps:
+    for i, s in enumerate(steps):
       try:
         mgr.read_meta(s)
         restored = mgr._manager.restore(s, args=ocp.args.Composite(  # pylint: disable=protected-access
             params=ocp.args.StandardRestore(abstract)))
       except Exception as e:  # pylint: disable=broad-except
         errors.append(f'step {s}: {_error_line(e)}')
-        logging.warning('params of checkpoint step %d in %s are unrestorable (%s); '
-                        'falling back', s, directory, errors[-1])
+        if i + 1 < len(steps):  # the last one's error is raised below, not warned
+          logging.warning('params of checkpoint step %d in %s are unrestorable (%s); '
+                          'falling back to step %d', s, directory, errors[-1],
+                          steps[i + 1])
         continue
       return restored['params'], s
     raise _no_restorable_error(directory, errors)
