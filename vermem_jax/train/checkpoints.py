@@ -63,6 +63,11 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
 
 from vermem_jax.train import distributed
+from vermem_jax.train.checkpoint_selection import RL_SELECTION_SCORE  # noqa: F401
+from vermem_jax.train.checkpoint_selection import RL_SELECTION_STEP  # noqa: F401
+from vermem_jax.train.checkpoint_selection import rl_selection_key  # noqa: F401
+from vermem_jax.train.checkpoint_selection import selection_key
+from vermem_jax.train.checkpoint_selection import sft_selection_key  # noqa: F401
 from vermem_jax.train import nonfinite
 
 PyTree = Any
@@ -102,49 +107,6 @@ class TrainState:
 def phase_dir(workdir: str | os.PathLike, phase: str) -> str:
   """`workdir/<phase>` as an absolute path string (Orbax needs absolute paths)."""
   return str(pathlib.Path(workdir).expanduser().resolve() / phase)
-
-
-def sft_selection_key(metrics: Mapping[str, float]) -> tuple[float, float]:
-  """SFT checkpoint ranking (SPEC §4): higher dev tool accuracy, then lower invalid rate.
-
-  Args:
-    metrics: with keys 'tool_accuracy' and 'invalid_rate' (fractions in [0, 1]).
-  Returns:
-    A key where larger is better.
-  Raises:
-    KeyError: naming a missing metric.
-  """
-  for name in ('tool_accuracy', 'invalid_rate'):
-    if name not in metrics:
-      raise KeyError(f'selection metrics need {name!r}; got {sorted(metrics)}')
-  return (float(metrics['tool_accuracy']), -float(metrics['invalid_rate']))
-
-
-# Selection metrics of an RL phase (SPEC §7, paper C.8): the internal-dev score and the
-# checkpoint's step (ties go to the later step).
-RL_SELECTION_SCORE = 'dev_score'
-RL_SELECTION_STEP = 'step'
-
-
-def rl_selection_key(metrics: Mapping[str, float]) -> tuple[float, int]:
-  """RL checkpoint ranking (paper C.8): higher internal-dev score, ties to the later
-  step. `metrics`: {'dev_score': float, 'step': int}.
-
-  Raises:
-    KeyError: naming a missing metric.
-  """
-  for name in (RL_SELECTION_SCORE, RL_SELECTION_STEP):
-    if name not in metrics:
-      raise KeyError(f'RL selection metrics need {name!r}; got {sorted(metrics)}')
-  return (float(metrics[RL_SELECTION_SCORE]), int(metrics[RL_SELECTION_STEP]))
-
-
-def selection_key(metrics: Mapping[str, float]) -> tuple[float, float]:
-  """The ranking of a phase's `selection_metrics`: `rl_selection_key` for RL phases
-  (they record 'dev_score'), `sft_selection_key` otherwise. Larger is better."""
-  if RL_SELECTION_SCORE in metrics:
-    return rl_selection_key(metrics)
-  return sft_selection_key(metrics)
 
 
 def _to_json(value: Any, where: str) -> Any:
