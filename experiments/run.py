@@ -189,8 +189,8 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
   # Overrides apply to every phase, so one check covers the tokenizer/model pair.
   distributed.agree(lambda: validation.check_tokenizer_fits_model(config))
   if any(p != 'sft' for p in plan):  # every process scores with the verifier
-    distributed.agree(lambda: preflight.check_verifier_endpoint(config))
-    distributed.agree(lambda: preflight.check_local_verifier(config))
+    distributed.agree(lambda: (preflight.check_verifier_endpoint(config),
+                               preflight.check_local_verifier(config)))
   if len(plan) > 1:
     logging.warning('%s needs %s, which has no completed checkpoint in %s: running %s '
                     'first (tiny scale)', config.phase,
