@@ -11,6 +11,7 @@ import pytest
 
 from vermem_jax import memory as mm
 from vermem_jax.memory import bm25_index
+from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as st
 
 W = mm.count_whitespace_tokens
@@ -325,12 +326,35 @@ def test_delete_is_soft(s):
     ('{ns}:m2', 'again', ['missing_id'], 0.5),
     ('{ns}:m7', 'x', ['missing_id'], 0.5),
     ('beef00:m1', 'x', ['foreign_ref'], 1.0),
-    ('m1', 'x', ['missing_id'], 0.5),
+    ('m7', 'x', ['missing_id'], 0.5),      # a local id of no record
+    ('M1', 'x', ['missing_id'], 0.5),      # not an id shape: neither local nor qualified
+    ('m01', 'x', ['missing_id'], 0.5),
     ('beef00:m1', '', ['foreign_ref', 'unjustified_delete'], 1.0),
 ])
 def test_delete_rejections(s, mid, reason, kinds, cost):
   t = run(s, f'Delete(memory_id="{mid.format(ns=s.ns)}", reason="{reason}")')
   assert_rejected(t, s, kinds, cost)
+
+
+def test_local_ids_name_this_tasks_records(s):
+  """`m1` / `c2` / `h1` without the namespace are this task's records (state.qualify_id):
+  the same transition as the qualified command, which the Transition carries; H keeps
+  the text as written."""
+  local = run(s, 'Delete(memory_id="m1", reason="outdated")')
+  qualified = run(s, f'Delete(memory_id="{ref(s, "m", 1)}", reason="outdated")')
+  assert local.accepted and qualified.accepted
+  assert local.command == qualified.command
+  assert local.command.get('memory_id') == f'{s.ns}:m1'
+  assert local.state_after.M == qualified.state_after.M
+  assert local.state_after.H[-1].text.startswith('Delete(memory_id="m1"')
+  mixed = run(s, f'Filter(drop_refs=["c2", "{ref(s, "c", 3)}"])')
+  both = run(s, f'Filter(drop_refs=["{ref(s, "c", 2)}", "{ref(s, "c", 3)}"])')
+  assert mixed.accepted == both.accepted
+  assert mixed.state_after.C == both.state_after.C
+  assert mixed.command.get('drop_refs') == (ref(s, 'c', 2), ref(s, 'c', 3))
+  # Evidence refs and malformed strings are never qualified.
+  cmd = mm.Command('Add', {'content': 'x', 'source_refs': ('Leeds#1', 'c2x', 'c0')})
+  assert mexec.qualify_command(cmd, s.ns).get('source_refs') == ('Leeds#1', 'c2x', 'c0')
 
 
 # --- Retrieve --------------------------------------------------------------------------

@@ -149,3 +149,43 @@ def test_render_for_config_uses_config_fields():
   assert W(x) <= 600 and '/999 tokens' in x and '- Retrieve(' not in x
   with pytest.raises(ValueError, match='policy_view_shares'):
     mm.ExecutorConfig(policy_view_shares=(0.9, 0.9, 0.9))
+
+
+# --- local ids (ExecutorConfig.local_ids) ----------------------------------------------
+
+
+def test_local_ids_view_drops_only_this_tasks_namespace():
+  s = big_state()
+  other = f'{"0" * 6 if s.ns != "000000" else "111111"}:c2'
+  # A record whose text quotes another task's id and this task's id.
+  s, _ = mm.interact(s, 'read note', f'see {other} and {s.ns}:c3', W, CFG,
+                     observation_refs=('Note#0',))
+  kw = dict(allowed_ops=mm.ALL_OPS, limit=900)
+  qualified = mm.render_policy_input(s, W, **kw)
+  local = mm.render_policy_input(s, W, local_ids=True, **kw)
+  assert local == serialization.localize_ids(qualified, s.ns)
+  assert f'{s.ns}:' not in local and other in local
+  assert 'Ids: m<n> long-term entries, c<n> context items, h<n> history events.' in local
+  assert re.search(r'^\[c\d+ observation\] ', local, re.M)
+  assert re.search(r'^\[h\d+ step \d+ ', local, re.M)
+  assert re.search(r'^\[m\d+ v0\] ', local, re.M)
+  assert local == serialization.render_policy_input_reference(s, W, local_ids=True, **kw)
+  cfg = mm.ExecutorConfig(local_ids=True, policy_input_limit=900)
+  assert mm.render_for_config(s, W, cfg) == mm.render_policy_input(
+      s, W, allowed_ops=cfg.ops, limit=900, local_ids=True)
+
+
+@pytest.mark.parametrize('which', ['sp4k', 'qwen2.5'])
+def test_local_ids_view_stays_within_the_limit(which, data_dir):
+  """Rendered at the limit and then only shortened by `<ns>:` prefixes, the local view
+  never has more tokens than the qualified one (both shipped tokenizer kinds)."""
+  from vermem_jax import paths, tokenization
+  path = (paths.packaged_tokenizer() if which == 'sp4k'
+          else paths.tokenizer_dir('qwen2.5', data_dir))
+  count = tokenization.load_tokenizer(path).count_tokens
+  s = big_state()
+  for limit in (400, 700, 1200, 5000):
+    kw = dict(allowed_ops=mm.ALL_OPS, limit=limit)
+    qualified = mm.render_policy_input(s, count, **kw)
+    local = mm.render_policy_input(s, count, local_ids=True, **kw)
+    assert count(local) < count(qualified) <= limit

@@ -72,6 +72,34 @@ def test_every_target_accepted_and_input_is_g_of_state(built):
     assert mstate.MemoryState.from_json(d['state']) == r.state
 
 
+def test_local_ids_records_are_the_qualified_ones_without_namespace(built, pools):
+  """SFTDataConfig.local_ids: the same states and commands, with x_i and u*_i citing
+  ids as `c2`; each target executes to the qualified target's transition."""
+  import dataclasses
+  construction, dev = pools
+  train, _, _ = built
+  local, _, _ = build_sft_set(construction, dev, count_tokens=count,
+                              config=dataclasses.replace(CFG, local_ids=True),
+                              verbose=False)
+  assert len(local) == len(train)
+  for q, r in zip(train, local):
+    assert r.state == q.state and r.op == q.op
+    ns = r.state.ns
+    assert r.target == q.target.replace(f'{ns}:', '') and f'{ns}:' not in r.policy_input
+    assert r.policy_input == serialization.render_policy_input(
+        r.state, count, allowed_ops=cmds.PHASE_OPS[r.phase],
+        context_budget=CFG.context_budget, local_ids=True)
+    cfg = mexec.ExecutorConfig(phase=r.phase, context_budget=CFG.context_budget)
+    a, b = mexec.execute(r.state, r.target, cfg, count), mexec.execute(
+        q.state, q.target, cfg, count)
+    assert a.accepted and a.op == b.op
+    for name in mexec.REF_ARGS:  # free text (a Delete reason) may quote an id too
+      assert a.command.get(name) == b.command.get(name)
+    assert a.state_after.C == b.state_after.C
+    assert [(e.id, e.status, e.versions[-1].source_refs) for e in a.state_after.M] == [
+        (e.id, e.status, e.versions[-1].source_refs) for e in b.state_after.M]
+
+
 def test_boundary_targets_are_the_legal_alternative(built):
   """Spot-check the semantics of boundary states: the confusable op is wrong there."""
   train, _, _ = built

@@ -37,3 +37,19 @@ def test_dev_metrics_on_hand_made_predictions(records, tok):
   with pytest.raises(ValueError, match='predictions'):
     sft_eval.dev_metrics(recs, preds[:2], executor_config=ExecutorConfig(),
                          count_tokens=tok.count_tokens)
+
+
+def test_exact_match_compares_ids_qualified(records, tok):
+  """A local id (`c2`) and the qualified one name the same record: both exact; a
+  wrong local id is not."""
+  add = next(r for r in records[1] if r.op == 'Add')
+  ns = add.state.ns
+  assert f'"{ns}:' in add.target
+  local = add.target.replace(f'{ns}:', '')
+  wrong = local.replace('"c2"', '"c1"') if '"c2"' in local else local.replace(
+      'source_refs=["', 'source_refs=["c9", "')
+  m = sft_eval.dev_metrics([add] * 3, [add.target, local, wrong],
+                           executor_config=ExecutorConfig(context_budget=256,
+                                                          policy_input_limit=512),
+                           count_tokens=tok.count_tokens)
+  assert m['exact_match'] == pytest.approx(2 / 3)

@@ -230,7 +230,8 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
   while active:
     inputs = [serialization.render_policy_input(
         ep.state, count_tokens, allowed_ops=ep.config.ops,
-        limit=ep.config.policy_input_limit, context_budget=ep.config.context_budget)
+        limit=ep.config.policy_input_limit, context_budget=ep.config.context_budget,
+        local_ids=ep.config.local_ids)
               for ep in active]
     outputs = list(policy(inputs))
     if len(outputs) != len(active):

@@ -33,6 +33,12 @@ class ExecutorConfig:
     max_tool_calls: tool budget per episode; 0 means no limit (SPEC §3 'tool budget').
     check_numbers_on_write: Add/Update content must pass the number/date support
       check that Summarize uses (source support, Appendix A.4).
+    local_ids: g(s) shows this task's record ids without their namespace (`c2`, not
+      `0df0fc:c2`; `serialization.localize_ids`). The executor accepts both forms
+      either way (`state.qualify_id`). Decision: off at paper scale (SPEC's ids as
+      stored); on at the CPU scale, where a small model trained from scratch does
+      not learn to copy the 6 hex digits (issue 9: 8 of 8 Filter and SelectEpisode
+      dev predictions had the right `c<n>`/`h<n>` under a wrong namespace).
     cost_*: constraint cost per violation kind (SPEC §3 decision, Table 24 defaults).
     cost_op_not_allowed: an op outside the phase subspace is treated like an unknown
       tool for that phase (decision; SPEC §3 'unknown tool 1.0').
@@ -50,6 +56,7 @@ class ExecutorConfig:
   history_command_max_chars: int = 2000
   max_tool_calls: int = 0
   check_numbers_on_write: bool = True
+  local_ids: bool = False
   cost_parse: float = 1.0
   cost_unknown_tool: float = 1.0
   cost_bad_argument: float = 0.5

@@ -14,6 +14,10 @@ commits exactly the specified transition or rejects:
 - accepted ∅: the identity, `state_after is state` (no H event; the decision lives in the
   rollout record). A `Null(...)` with arguments is rejected ('bad_argument').
 
+Ids in the ref arguments (REF_ARGS) may be local (`c2`): they name this task's record
+and are qualified before the checks (`qualify_command`; the Transition carries the
+qualified command, H the text as written).
+
 Transitions and the violation of each failed check:
 
 - Add(content, source_refs): new active entry `m{n}`, version 0, content stripped.
@@ -544,6 +548,30 @@ _HANDLERS = {
 }
 
 
+# Arguments whose values are record ids (a str or a tuple of str).
+REF_ARGS = ('memory_id', 'source_refs', 'drop_refs', 'selected_refs')
+
+
+def qualify_command(cmd, ns):
+  """`cmd` with every local record id (`c2`) of its ref arguments qualified as `ns:c2`.
+
+  Args:
+    cmd: a schema-valid `Command` (ref values are str or tuples of str).
+    ns: the task namespace of the state it runs on (`MemoryState.ns`).
+  Returns:
+    A `Command` (the same object when no ref changes). See `state.qualify_id`.
+  """
+  args, changed = [], False
+  for name, value in cmd.args:
+    if name in REF_ARGS:
+      new = (st.qualify_id(value, ns) if isinstance(value, str)
+             else tuple(st.qualify_id(v, ns) for v in value))
+      changed = changed or new != value
+      value = new
+    args.append((name, value))
+  return cmds.Command._trusted(cmd.op, tuple(args)) if changed else cmd  # pylint: disable=protected-access
+
+
 def execute(state, command, config, count_tokens):
   """Applies memory command u_t to s_t under the checks of SPEC §2–3 (T_m, Eq. 2).
 
@@ -588,6 +616,7 @@ def execute(state, command, config, count_tokens):
     return _reject(state, config, count_tokens, text, found, op, cmd, is_tool)
   if not is_tool:
     return Transition(state, True, (), 0.0, False, op, cmd, 'no change')
+  cmd = qualify_command(cmd, state.ns)
   if config.max_tool_calls and state.tool_calls >= config.max_tool_calls:
     found.add('budget_exceeded', f'tool budget of {config.max_tool_calls} calls is '
               'spent')

@@ -66,6 +66,12 @@ collision a foreign id is classified like an own id. Decision: keep 6 hex digits
 rendered and cited id costs ~8 Qwen tokens with 6 digits (digits are single tokens),
 ~14 with 12, and g(s) shows tens of ids per decision; the misclassification needs a
 policy to emit the one other task's id that collides, which it never sees.
+
+Local ids. The executor also accepts an id without its namespace (`c2`) as this task's
+record (`qualify_id`), and g(s) can show ids that way (`ExecutorConfig.local_ids`,
+decision: on at the CPU scale, where a small model from scratch does not learn to copy
+the 6 hex digits; off at paper scale). A qualified id of another task stays a foreign
+reference either way.
 """
 
 import dataclasses
@@ -104,6 +110,7 @@ HISTORY_KINDS = (EV_OBSERVATION, EV_TASK_ACTION, EV_TOOL_OUTPUT, EV_CONCLUSION,
 POLICY_AUTHORED_EVENTS = (EV_MEMORY_DECISION, EV_REJECTED)
 
 _ID_RE = re.compile(r'([0-9a-f]{6}):([mch])([1-9][0-9]{0,8})\Z')
+_LOCAL_ID_RE = re.compile(r'[mch][1-9][0-9]{0,8}\Z')
 
 
 @functools.lru_cache(maxsize=4096)
@@ -120,6 +127,18 @@ def parse_id(ref):
   if m is None:
     return None
   return m.group(1), m.group(2), int(m.group(3))
+
+
+def qualify_id(ref, ns):
+  """`ref` with namespace `ns` when it is a local id (`m3`, `c2`, `h1`), else `ref`.
+
+  A local id names a record of the state it is used in (the policy view without
+  namespaces, `ExecutorConfig.local_ids`); anything else (a qualified id, an evidence
+  ref `Title#k`, a malformed string) is returned unchanged.
+  """
+  if isinstance(ref, str) and _LOCAL_ID_RE.match(ref):
+    return f'{ns}:{ref}'
+  return ref
 
 
 class _Record:

@@ -59,7 +59,8 @@ def dev_inputs_from_episodes(specs: Iterable[Any], *,
     s0 = spec.initial_state
     x = serialization.render_policy_input(s0, count_tokens, allowed_ops=cfg.ops,
                                           limit=cfg.policy_input_limit,
-                                          context_budget=cfg.context_budget)
+                                          context_budget=cfg.context_budget,
+                                          local_ids=cfg.local_ids)
     tr = mexec.execute(s0, command, cfg, count_tokens)
     if tr.accepted:
       out.append(adapters.local_input(s0, tr, policy_input=x, command_text=command,

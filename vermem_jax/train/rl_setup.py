@@ -232,6 +232,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
       dev_per_target=count, teacher_backend=None,
       context_budget=config.memory.context_budget,
       policy_input_limit=config.memory.policy_input_limit,
+      local_ids=bool(config.memory.get('local_ids', False)),
       max_doc_sentences=config.episodes.max_doc_sentences,
       max_doc_tokens=config.episodes.max_doc_tokens)
   try:

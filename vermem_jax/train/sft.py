@@ -89,6 +89,7 @@ def _sft_data_config(config: ml_collections.ConfigDict) -> episodes.SFTDataConfi
       config.sft.to_dict(), seed=config.episodes.seed,
       context_budget=config.memory.context_budget,
       policy_input_limit=config.memory.policy_input_limit,
+      local_ids=bool(config.memory.get('local_ids', False)),
       max_doc_sentences=config.episodes.max_doc_sentences,
       max_doc_tokens=config.episodes.max_doc_tokens)
 

@@ -73,7 +73,10 @@ def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str
     per_op.setdefault(rec.op, []).append(pred_op == rec.op)
     invalid.append(not accepted)
     unparseable.append(not ok_parse)
-    exact.append(ok_parse and isinstance(target, cmds.Command) and parsed == target)
+    # Compared with ids qualified: `c2` and `<ns>:c2` name the same record.
+    exact.append(ok_parse and isinstance(target, cmds.Command)
+                 and mexec.qualify_command(parsed, rec.state.ns)
+                 == mexec.qualify_command(target, rec.state.ns))
     exact_per_op.setdefault(rec.op, []).append(exact[-1])
     if pred_op != cmds.NULL:
       invalid_non_null.append(not accepted)

@@ -92,6 +92,7 @@ def _memory(c: ml_collections.ConfigDict) -> None:
   c.memory.history_command_max_chars = 2000  # decision: rejected command kept in H
   c.memory.max_tool_calls = 0          # SPEC §3 tool budget; 0 = no limit (decision)
   c.memory.check_numbers_on_write = True  # SPEC §2 source support for Add/Update
+  c.memory.local_ids = False           # decision: g(s) shows ids with their namespace
   # SPEC §3 constraint costs per violation (decision: Table 24 is not in the text).
   c.memory.cost_parse = 1.0            # unparseable command
   c.memory.cost_unknown_tool = 1.0     # unknown tool

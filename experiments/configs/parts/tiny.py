@@ -30,6 +30,10 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # the instruction block and a Summarize state. The bucket fields follow (derived).
   c.memory.context_budget = 320
   c.memory.policy_input_limit = 640
+  # Ids shown and cited without the task namespace (`c2`): the SFT model learnt the
+  # `c<n>`/`h<n>`/`m<n>` part but put a wrong 6-hex namespace in front of it in every
+  # Filter / SelectEpisode dev prediction (issue 9). The executor qualifies them.
+  c.memory.local_ids = True
   # Every SFT target fits (longest template command measured at 177 tokens of the 4k
   # SentencePiece model), so no class is dropped from the balanced set.
   c.sampling.max_command_tokens = 192

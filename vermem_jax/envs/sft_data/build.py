@@ -27,8 +27,11 @@ from vermem_jax.memory import serialization
 from vermem_jax.memory.config import ExecutorConfig
 
 
-def _record(state, cmd, *, template, phase, split, source, policy_input):
-  return SFTRecord(policy_input=policy_input, target=cmds.format_command(cmd),
+def _record(state, cmd, *, template, phase, split, source, policy_input, local_ids):
+  target = cmds.format_command(cmd)
+  if local_ids:  # the target writes ids (refs and free text) as x_i shows them
+    target = serialization.localize_ids(target, state.ns)
+  return SFTRecord(policy_input=policy_input, target=target,
                    op=cmd.op, template=template.name,
                    is_boundary=template.is_boundary, example_id=state.task_id,
                    split=split, phase=phase, source=source, state=state)
@@ -81,7 +84,8 @@ def _build_split(examples, split, n_per_target, config, count_tokens, teacher,
       state, cmd = built
       x = serialization.render_policy_input(
           state, count_tokens, allowed_ops=cmds.PHASE_OPS[phase],
-          limit=config.policy_input_limit, context_budget=config.context_budget)
+          limit=config.policy_input_limit, context_budget=config.context_budget,
+          local_ids=config.local_ids)
       source = 'template'
       if teacher is not None and teacher_got < n_teacher:
         report.teacher_requests += 1
@@ -119,7 +123,8 @@ def _build_split(examples, split, n_per_target, config, count_tokens, teacher,
         teacher_got += 1
       report.counts[(split, op, template.name, source)] += 1
       records.append(_record(state, checked, template=template, phase=phase,
-                             split=split, source=source, policy_input=x))
+                             split=split, source=source, policy_input=x,
+                             local_ids=config.local_ids))
   return records
 
 

@@ -32,6 +32,8 @@ class SFTDataConfig:
     policy_input_limit: limit of x_i (SPEC §1: 8,192 tokens).
     max_doc_sentences, max_doc_tokens: document caps (scenarios.spec.ScenarioConfig).
     max_attempts_per_record: give up after this many candidate states per record.
+    local_ids: x_i and the target u*_i cite this task's ids without their namespace
+      (= memory.local_ids; `ExecutorConfig.local_ids`).
   """
   train_per_target: int = 32
   dev_per_target: int = 8
@@ -52,6 +54,7 @@ class SFTDataConfig:
   max_doc_sentences: int = ScenarioConfig.max_doc_sentences
   max_doc_tokens: int = ScenarioConfig.max_doc_tokens
   max_attempts_per_record: int = 40
+  local_ids: bool = ExecutorConfig.local_ids
 
   def __post_init__(self):
     if self.train_per_target < 0 or self.dev_per_target < 0:
