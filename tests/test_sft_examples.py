@@ -77,3 +77,30 @@ def test_data_order_is_a_function_of_the_step():
   assert not np.array_equal(np.concatenate(seen[:3]), np.concatenate(seen[3:]))
   np.testing.assert_array_equal(sft_examples.batch_indices(4, 10, 4, seed=3)[0],
                                 seen[4])
+
+
+def test_length_grouped_order_visits_every_record_and_pads_less():
+  """sft.length_group_batches: each epoch is still a permutation (smaller last batch
+  last), a function of (seed, epoch), and batches hold records of similar length."""
+  rng = np.random.default_rng(0)
+  n, bs, g = 203, 8, 4
+  lengths = rng.integers(300, 800, n)
+  spe = sft_examples.steps_per_epoch(n, bs)
+  for epoch in range(2):
+    batches = [sft_examples.batch_indices(epoch * spe + b, n, bs, seed=5, lengths=lengths,
+                                          group_batches=g)[0] for b in range(spe)]
+    np.testing.assert_array_equal(np.sort(np.concatenate(batches)), np.arange(n))
+    assert [len(b) for b in batches] == [bs] * (spe - 1) + [n % bs]
+    plain = [sft_examples.batch_indices(epoch * spe + b, n, bs, seed=5)[0]
+             for b in range(spe)]
+    pad = lambda bb: np.mean([lengths[b].max() - lengths[b].mean() for b in bb[:-1]])
+    assert pad(batches) < 0.5 * pad(plain)
+    # Sorted within each batch's chunk: every full batch is a run of its chunk's
+    # length-sorted order, i.e. its lengths are non-increasing.
+    assert all(np.all(np.diff(lengths[b]) <= 0) for b in batches[:-1])
+  again = sft_examples.epoch_permutation(n, 1, 5, lengths=lengths, batch_size=bs,
+                                         group_batches=g)
+  np.testing.assert_array_equal(again, np.concatenate(batches))
+  with pytest.raises(ValueError, match='lengths'):
+    sft_examples.epoch_permutation(n, 0, 5, lengths=lengths[:-1], batch_size=bs,
+                                   group_batches=g)

@@ -109,6 +109,8 @@ def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
           'teacher_backend': s.teacher_backend,
           'policy_input_limit': config.memory.policy_input_limit,
           'context_budget': config.memory.context_budget,
+          'local_ids': bool(config.memory.get('local_ids', False)),
+          'length_group_batches': int(s.get('length_group_batches', 0)),
           # Records longer than the learner shapes are dropped (see sft_examples.tokenize_records).
           'max_command_tokens': config.sampling.max_command_tokens,
           'max_sequence_tokens': config.batching.length_buckets[-1],
@@ -211,6 +213,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     raise ValueError('no SFT train record fits config.sampling.max_command_tokens / '
                      'config.batching.length_buckets')
   train_decisions = [e.decision() for e in train]
+  groups = int(config.sft.get('length_group_batches', 0))
+  lengths = [len(d.prompt_tokens) + len(d.command_tokens) for d in train_decisions]
   dev_batches = (batching.micro_batches([e.decision() for e in dev], bcfg,
                                         pad_id=tok.pad_token_id) if dev else [])
 
@@ -291,7 +295,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     try:
       while step < stop:
         t0 = time.time()
-        idx, _, _ = sft_examples.batch_indices(step, len(train), batch_size, seed)
+        idx, _, _ = sft_examples.batch_indices(step, len(train), batch_size, seed,
+                                               lengths=lengths, group_batches=groups)
         decisions = [train_decisions[i] for i in idx]
         mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
         # The schedule counts applied updates: skipped (non-finite) steps do not move it.

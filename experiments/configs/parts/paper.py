@@ -184,6 +184,9 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   # decision: stop after this many consecutive optimizer steps with a non-finite loss
   # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).
   c.sft.max_consecutive_skips = 3
+  # Decision: batches in the plain random order (0); G > 0 sorts chunks of G batches
+  # by length before batching (sft_examples: less padding, same records per epoch).
+  c.sft.length_group_batches = 0
   c.sft.eval_every = 200               # decision: steps between dev evaluations
   c.sft.eval_each_epoch = True         # decision: also evaluate (and save) at epoch ends
   c.sft.max_steps = ml_collections.FieldReference(None, field_type=int)  # None = epochs

@@ -133,6 +133,9 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(t.loss_reduction in NLL_REDUCTIONS, 'sft.loss_reduction',
            f'{t.loss_reduction!r} not in {NLL_REDUCTIONS}')
   _require(t.num_targets == 8, 'sft.num_targets', 'SPEC §4 has 8 targets (7 tools + ∅)')
+  _require(isinstance(t.length_group_batches, int) and t.length_group_batches >= 0,
+           'sft.length_group_batches', f'must be an int >= 0 (0: no length grouping), '
+           f'got {t.length_group_batches!r}')
   _require(t.train_per_target >= 1, 'sft.train_per_target', 'must be >= 1')
   _require(t.dev_per_target >= 1, 'sft.dev_per_target', 'must be >= 1')
   _require(0.0 <= t.template_fraction <= 1.0, 'sft.template_fraction', 'must be in [0, 1]')
