@@ -30,7 +30,8 @@ def test_default_config_is_the_sp_preset():
   c = common.get_config('phase_b')
   mc = setup.model_config_from(c)
   assert c.model.preset == 'tiny-sp4k' and mc == qwen.QwenConfig.preset(
-      'tiny-sp4k', dtype='bfloat16', param_dtype='float32', remat=False)
+      'tiny-sp4k', dtype='bfloat16', param_dtype='float32', remat=False,
+      attn_implementation='sdpa')
   assert c.tokenizer.path == paths.packaged_tokenizer()
   tok = setup.load_tokenizer_for(c, mc)  # fits the model's vocabulary
   assert tok.vocab_size == mc.vocab_size == 4096
