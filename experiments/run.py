@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import re
 import sys
 from typing import Any, Callable, Sequence
 
@@ -341,7 +342,10 @@ def entry() -> None:
     # would print a usage error with status 1).
     remaining = flags.FLAGS(argv)
   except flags.Error as e:
-    print(f'error: {e}', file=sys.stderr)
+    # absl shows a bad boolean as a raw tuple: ('Non-boolean argument ...', 'maybe').
+    msg = re.sub(r"\('Non-boolean argument to boolean flag', (.*)\)$",
+                 r'expected true or false, got \1', str(e))
+    print(f'error: {msg}', file=sys.stderr)
     sys.exit(2)
   if len(remaining) > 1:  # app.run would print the whole usage text with status 1
     print(f'error: unexpected arguments {remaining[1:]} (every setting is a flag: '

@@ -436,6 +436,11 @@ def test_cli_non_numeric_override_is_one_error_line_with_status_2(tmp_path):
   assert res.returncode == 2 and 'config.rl.learning_rate = -1.0' in res.stdout
   assert 'error: config.rl.learning_rate: must be > 0' in res.stderr
   assert not os.listdir(tmp_path)
+  res = _cli('--config=phase_a', '--config.memory.local_ids=maybe',
+             f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      "error: flag --config.memory.local_ids=maybe: expected true or false, got 'maybe'"]
 
 
 def test_cli_positional_argument_is_one_error_line_with_status_2(tmp_path):

@@ -84,7 +84,7 @@ def test_sft_summary_block(tmp_path):
   text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
   assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text
   assert 'dev tool accuracy    0.500' in text
-  assert '(non-∅ predictions: n/a)' in text
+  assert '(of the non-∅ predictions: n/a)' in text
   assert any(l.split() == ['Add', '0.62', '0.12'] for l in text.splitlines())
   assert any(l.split() == ['∅', '1.00', '1.00'] for l in text.splitlines())
   assert 'Update' not in text  # classes without a figure are left out

@@ -58,8 +58,8 @@ def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
                  f'{_fmt(r.get("best_tool_accuracy"))}; ties go to the later step)')
   lines += [
       f'  dev tool accuracy    {_fmt(r.get("tool_accuracy"))}',
-      f'  executable rate      {_fmt(r.get("executable_rate"))}   (non-∅ predictions: '
-      f'{_fmt(r.get("executable_rate_non_null"))})',
+      f'  executable rate      {_fmt(r.get("executable_rate"))}   (of the non-∅ '
+      f'predictions: {_fmt(r.get("executable_rate_non_null"))})',
       f'  exact match          {_fmt(r.get("exact_match"))}',
       f'  dev loss             {_fmt(r.get("dev_loss"))}',
       f'  {"class":<14s} {"tool acc":>8s} {"exact":>7s}']

@@ -50,10 +50,10 @@ def _check_run(config: ml_collections.ConfigDict) -> None:
 def _check_model(config: ml_collections.ConfigDict) -> None:
   _require(config.model.dtype in DTYPES, 'model.dtype', f'expected one of {DTYPES}')
   _require(config.model.param_dtype in DTYPES, 'model.param_dtype',
-           f'expected one of {DTYPES}')
+           f'expected one of {DTYPES}, got {config.model.param_dtype!r}')
   impls = qwen_config.ATTN_IMPLEMENTATIONS
   _require(config.model.attn_implementation in impls, 'model.attn_implementation',
-           f'expected one of {impls}')
+           f'expected one of {impls}, got {config.model.attn_implementation!r}')
   for key in ('attn_block_q', 'attn_block_kv'):
     value = config.model[key]
     _require(isinstance(value, int) and value >= 1, f'model.{key}',
