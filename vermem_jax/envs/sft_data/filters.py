@@ -86,7 +86,7 @@ def check_candidate(state, command_text, *, phase, count_tokens, executor_config
       problems.append(f'{name} is empty')
   if problems:
     failures.append('required_args: ' + '; '.join(problems))
-  elif not cmds.schema_problems(cmd):
+  else:  # schema-valid (problems starts as schema_problems): qualify local ids
     cmd = mexec.qualify_command(cmd, state.ns)  # a local id (`c2`) is this task's
   for ref in _cited_refs(cmd):
     p = mstate.parse_id(ref)
