@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
 from vermem_jax import memory as mm
+from vermem_jax.memory import render_cache
 from vermem_jax.memory import serialization as ser
 from vermem_jax.memory import state as st
 from vermem_jax.memory import token_count as tc
@@ -111,8 +112,8 @@ def both(s, counter, **kw):
   assert counter(fast) <= kw['limit']
   assert ser.render_policy_input(s, counter, **kw) == fast  # cached second call
   # A true declaration is never demoted by the audits (the sums are exact).
-  counter_state = ser._counter_for(counter)  # pylint: disable=protected-access
-  assert counter_state.model == ser.cost_model(counter)
+  counter_state = render_cache.counter_for(counter)
+  assert counter_state.model == render_cache.cost_model(counter)
   return fast
 
 
@@ -186,7 +187,7 @@ def test_declared_sum_is_exact_not_an_estimate():
   lines = x.split('\n')
   naive = sum(bpe_like_counter(l) for l in lines)
   assert bpe_like_counter(x) > naive  # newlines after words cost a piece here
-  assert ser.cost_model(bpe_like_counter) == ser.SPLITS
+  assert render_cache.cost_model(bpe_like_counter) == render_cache.SPLITS
   # The limit is met exactly at the real count: one token less truncates.
   full = bpe_like_counter(x)
   assert mm.render_policy_input(s, bpe_like_counter, allowed_ops=mm.ALL_OPS,
@@ -213,7 +214,7 @@ def test_false_declaration_is_demoted_and_limit_still_holds():
     for limit in (260, 280, 500):
       assert liar(mm.render_policy_input(s, liar, allowed_ops=mm.ALL_OPS,
                                          limit=limit)) <= limit
-  assert ser._counter_for(liar).model == ser.GENERIC  # pylint: disable=protected-access
+  assert render_cache.counter_for(liar).model == render_cache.GENERIC
 
 
 class _Tok:
@@ -225,15 +226,15 @@ class _Tok:
 
 
 def test_cost_model_reads_declarations_of_callable_or_bound_object():
-  assert ser.cost_model(W) == ser.ADDITIVE
-  assert ser.cost_model(chars_counter) == ser.GENERIC
-  assert ser.cost_model(bpe_like_counter) == ser.SPLITS
+  assert render_cache.cost_model(W) == render_cache.ADDITIVE
+  assert render_cache.cost_model(chars_counter) == render_cache.GENERIC
+  assert render_cache.cost_model(bpe_like_counter) == render_cache.SPLITS
   tok = _Tok()
-  assert ser.cost_model(tok.count_tokens) == ser.SPLITS
-  assert ser.cost_model(tc.declare(chars_counter, additive_over_lines=True)) == (
-      ser.ADDITIVE)
-  assert ser.cost_model(tc.memoize(bpe_like_counter)) == ser.SPLITS
-  assert ser.cost_model(tc.memoize(tok.count_tokens)) == ser.SPLITS
+  assert render_cache.cost_model(tok.count_tokens) == render_cache.SPLITS
+  assert render_cache.cost_model(tc.declare(chars_counter, additive_over_lines=True)) == (
+      render_cache.ADDITIVE)
+  assert render_cache.cost_model(tc.memoize(bpe_like_counter)) == render_cache.SPLITS
+  assert render_cache.cost_model(tc.memoize(tok.count_tokens)) == render_cache.SPLITS
   assert tc.splits_after_newline(W) and not tc.splits_after_newline(chars_counter)
   s = mm.new_state('t', 'q', tok.count_tokens, instruction='i')
   kw = dict(allowed_ops=mm.ALL_OPS, limit=1000, shares=ser.DEFAULT_SHARES,

@@ -32,6 +32,7 @@ import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax import memory as mm  # noqa: E402
 from vermem_jax import paths  # noqa: E402
 from vermem_jax import tokenization  # noqa: E402
+from vermem_jax.memory import render_cache  # noqa: E402
 from vermem_jax.memory import serialization  # noqa: E402
 from vermem_jax.memory import token_count  # noqa: E402
 
@@ -120,7 +121,7 @@ def bench(example, count_tokens, n_decisions, label, render):
         f'{len(base.M)} LTM entries, {len(base.C)} C items '
         f'({base.context_tokens()} tokens), {len(base.H)} H events; '
         f'g(s) = {count_tokens(x)} tokens; cost model '
-        f'{serialization.cost_model(count_tokens)})', flush=True)
+        f'{render_cache.cost_model(count_tokens)})', flush=True)
   return n / cpu
 
 

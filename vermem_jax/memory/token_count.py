@@ -28,7 +28,7 @@ call:
 
 Every undeclared counter is treated as a black box: g(s) then recounts its whole output
 (memoized by text, see serialization). A declaration is trusted, not proven at run
-time; g(s) audits a few whole-text counts per counter (serialization `_AUDIT_*`) and
+time; g(s) audits a few whole-text counts per counter (`render_cache.AUDIT_*`) and
 treats a counter whose declaration failed an audit as undeclared from then on.
 
 `tokenizer_json_splits_after_newline(config)` checks, on the parsed `tokenizer.json`
