@@ -58,11 +58,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 from absl import logging
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
 
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import distributed
+from vermem_jax.train.checkpoint_values import CheckpointError
 from vermem_jax.train.checkpoint_selection import RL_SELECTION_SCORE  # noqa: F401
 from vermem_jax.train.checkpoint_selection import RL_SELECTION_STEP  # noqa: F401
 from vermem_jax.train.checkpoint_selection import rl_selection_key  # noqa: F401
@@ -74,10 +75,6 @@ PyTree = Any
 _ITEMS = ('params', 'train', 'meta')
 UNRESTORABLE_DIR = 'unrestorable'
 COMPLETE_MARKER = 'phase_complete.json'
-
-
-class CheckpointError(RuntimeError):
-  """A checkpoint directory cannot be restored from, or a save was refused."""
 
 
 @dataclasses.dataclass
@@ -109,53 +106,8 @@ def phase_dir(workdir: str | os.PathLike, phase: str) -> str:
   return str(pathlib.Path(workdir).expanduser().resolve() / phase)
 
 
-def _to_json(value: Any, where: str) -> Any:
-  """Converts NumPy/JAX scalars and arrays to JSON values; raises on anything else."""
-  if value is None or isinstance(value, (bool, str)):
-    return value
-  if isinstance(value, (int, float)):
-    return value
-  if isinstance(value, (np.generic,)):
-    return value.item()
-  if isinstance(value, (np.ndarray, jax.Array)):
-    return np.asarray(value).tolist()
-  if isinstance(value, Mapping):
-    out = {}
-    for k, v in value.items():
-      if not isinstance(k, str):
-        raise CheckpointError(f'{where}: JSON keys must be str, got {k!r}')
-      out[k] = _to_json(v, f'{where}.{k}')
-    return out
-  if isinstance(value, (list, tuple)):
-    return [_to_json(v, f'{where}[{i}]') for i, v in enumerate(value)]
-  raise CheckpointError(f'{where}: {type(value).__name__} is not JSON-serializable')
-
-
-def _like(value: Any, template: Any) -> Any:
-  """Casts JSON-restored `value` back to the container/array types of `template`."""
-  if isinstance(template, (np.ndarray, jax.Array)):
-    return np.asarray(value, dtype=np.asarray(template).dtype)
-  if isinstance(template, np.generic):
-    return template.dtype.type(value)
-  if isinstance(template, Mapping) and isinstance(value, Mapping):
-    return {k: _like(v, template[k]) if k in template else v for k, v in value.items()}
-  if isinstance(template, tuple) and isinstance(value, list) and len(template) == len(value):
-    return tuple(_like(v, t) for v, t in zip(value, template))
-  return value
-
-
 def _abstract(tree: PyTree) -> PyTree:
   return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
-
-
-def _rng_to_data(rng: Any) -> tuple[Any, str | None]:
-  """(uint32 key data as a NumPy array, typed-key impl name or None). Stored as a host
-  array: a key lives on one device, which a multi-process save cannot serialize."""
-  if rng is None:
-    return None, None
-  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    return np.asarray(jax.random.key_data(rng)), str(jax.random.key_impl(rng))
-  return np.asarray(rng), None
 
 
 class _KeepStep(pp_lib.PreservationPolicy):
@@ -167,40 +119,6 @@ class _KeepStep(pp_lib.PreservationPolicy):
   def should_preserve(self, checkpoints, *, context):
     keep = self._get_step()
     return [info.step == keep for info in checkpoints]
-
-
-# Orbax's wording when a restore template's shapes / tree differ from the stored arrays.
-_MISMATCH_MARKERS = ('is not compatible with the stored shape',
-                     'tree structures do not match')
-
-
-def _error_line(e: BaseException, limit: int = 300) -> str:
-  """`Type: message` of an exception on one line (TensorStore errors carry the whole
-  multi-line spec of the array), cut to `limit` characters."""
-  text = ' '.join(str(e).split())
-  if len(text) > limit:
-    text = text[:limit] + ' …'
-  return f'{type(e).__name__}: {text}'
-
-
-def _no_restorable_error(directory: str, errors: Sequence[str]) -> CheckpointError:
-  """CheckpointError listing each step's error, with a hint when all are mismatches.
-
-  Every step failing on shapes or tree structure almost always means the run restores
-  into a different model than the one that saved (another `model.preset` or
-  `model.hf_checkpoint`), not that every checkpoint is corrupt.
-  """
-  msg = f'no restorable checkpoint in {directory}'
-  if errors:
-    msg += ':\n  ' + '\n  '.join(errors)
-  if errors and all(any(m in e for m in _MISMATCH_MARKERS) for e in errors):
-    msg += ('\nEvery step differs from the restore template in shapes or structure: '
-            'the checkpoints were written for another model (compare model.preset / '
-            'model.hf_checkpoint with the run that saved them). Nothing was deleted.')
-  elif errors:
-    msg += (f'\nNothing was deleted. To start this phase over, move {directory} aside '
-            'and run the phase that writes it again.')
-  return CheckpointError(msg)
 
 
 class PhaseCheckpointManager:
@@ -327,13 +245,13 @@ class PhaseCheckpointManager:
       raise CheckpointError(
           f'cannot save step {step} in {self.directory}: step {latest} already exists '
           '(resume from it with restore(), or use a fresh workdir)')
-    rng_data, rng_impl = _rng_to_data(state.rng)
+    rng_data, rng_impl = checkpoint_values.rng_to_data(state.rng)
     meta = {
         'step': step,
-        'running_stats': _to_json(state.running_stats, 'running_stats'),
-        'data_position': _to_json(state.data_position, 'data_position'),
-        'metadata': _to_json(state.metadata, 'metadata'),
-        'selection_metrics': _to_json(
+        'running_stats': checkpoint_values.to_json(state.running_stats, 'running_stats'),
+        'data_position': checkpoint_values.to_json(state.data_position, 'data_position'),
+        'metadata': checkpoint_values.to_json(state.metadata, 'metadata'),
+        'selection_metrics': checkpoint_values.to_json(
             dict(selection_metrics) if selection_metrics else None, 'selection_metrics'),
         'rng_impl': rng_impl,
         'has_opt_state': state.opt_state is not None,
@@ -393,7 +311,7 @@ class PhaseCheckpointManager:
         if meta.get('has_rng'):
           if template.rng is None:
             raise CheckpointError(f'step {step} has an RNG key but the template has none')
-          train_template['rng'] = _rng_to_data(template.rng)[0]  # restored as NumPy
+          train_template['rng'] = checkpoint_values.rng_to_data(template.rng)[0]  # restored as NumPy
       args['train'] = ocp.args.StandardRestore(train_template)
     restored = self._manager.restore(step, args=ocp.args.Composite(**args))
     train = restored['train'] if want_train else {}
@@ -405,8 +323,8 @@ class PhaseCheckpointManager:
     running = meta['running_stats']
     position = meta['data_position']
     if template is not None:
-      running = _like(running, template.running_stats)
-      position = _like(position, template.data_position)
+      running = checkpoint_values.like_template(running, template.running_stats)
+      position = checkpoint_values.like_template(position, template.data_position)
     return TrainState(step=step, params=restored['params'],
                       opt_state=train.get('opt_state'), rng=rng,
                       running_stats=running, data_position=position,
@@ -445,7 +363,7 @@ class PhaseCheckpointManager:
       try:
         state = self._restore_step(s, template)
       except Exception as e:  # pylint: disable=broad-except
-        why = _error_line(e)
+        why = checkpoint_values.error_line(e)
         self._unrestorable[s] = why
         errors.append(f'step {s}: {why}')
         logging.warning('checkpoint step %d in %s is unrestorable (%s); falling back to '
@@ -456,7 +374,7 @@ class PhaseCheckpointManager:
                         'unrestorable step(s); nothing was deleted', s, self.directory,
                         len(errors))
       return state
-    raise _no_restorable_error(self.directory, errors)
+    raise checkpoint_values.no_restorable_error(self.directory, errors)
 
   def restore_best(self, template: TrainState | None = None) -> TrainState | None:
     """The best checkpoint (selection metrics), else the newest; with fallback."""
@@ -518,14 +436,14 @@ def restore_params_only(directory: str | os.PathLike, params_template: PyTree = 
         restored = mgr._manager.restore(s, args=ocp.args.Composite(  # pylint: disable=protected-access
             params=ocp.args.StandardRestore(abstract)))
       except Exception as e:  # pylint: disable=broad-except
-        errors.append(f'step {s}: {_error_line(e)}')
+        errors.append(f'step {s}: {checkpoint_values.error_line(e)}')
         if i + 1 < len(steps):  # the last one's error is raised below, not warned
           logging.warning('params of checkpoint step %d in %s are unrestorable (%s); '
                           'falling back to step %d', s, directory, errors[-1],
                           steps[i + 1])
         continue
       return restored['params'], s
-    raise _no_restorable_error(directory, errors)
+    raise checkpoint_values.no_restorable_error(directory, errors)
   finally:
     mgr.close()
 
@@ -545,7 +463,7 @@ def mark_phase_complete(directory: str | os.PathLike, step: int,
   path = os.path.join(directory, COMPLETE_MARKER)
   tmp = path + '.tmp'
   with open(tmp, 'w') as f:
-    json.dump({'step': int(step), **_to_json(dict(info or {}), 'info')}, f)
+    json.dump({'step': int(step), **checkpoint_values.to_json(dict(info or {}), 'info')}, f)
     f.flush()
     os.fsync(f.fileno())
   os.replace(tmp, path)
