@@ -223,17 +223,22 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
 def _run_eval(config: ml_collections.ConfigDict, workdir: str,
               overrides: dict[str, Any], *, dry_run: bool) -> list[str]:
   """Evaluates the workdir's policies (`train.evaluate`); prints the table. A dry run
-  prints the config and the policies that would be evaluated."""
+  prints the config and the policies that would be evaluated; a config problem then
+  raises ValueError (status 2), as in the real run."""
   from vermem_jax.train import eval_policies  # pylint: disable=g-import-not-at-top
   if dry_run:
+    problem = None
     try:
       validation.validate_config(config, check_paths=config.scale == 'tiny')
-    except ValueError as e:
-      print(f'warning: {e} (a real run stops here)', file=sys.stderr)
+    except ValueError as e:  # raised after the config is printed, as `_dry_run` does
+      problem = f'{e} (a real run stops here)'
     for path, value in sorted(overrides_lib.config_leaves(config).items()):
       print(f'config.{path} = {value!r}')
     print(f'workdir: {workdir}')
     print(f'overrides: {overrides}')
+    sys.stdout.flush()
+    if problem:
+      raise ValueError(problem)
     for seed in config.eval.seeds:
       wd = eval_policies.seed_workdir(workdir, int(seed))
       labels = [p.label for p in eval_policies.parse_policies(config.eval.policies, wd)]
@@ -300,7 +305,12 @@ def main(argv: Sequence[str]) -> None:
   config = _CONFIG.value
   if config is None:
     raise app.UsageError('--config is required, e.g. --config=phase_b.py')
-  workdir = _WORKDIR.value or config.workdir
+  workdir = config.workdir if _WORKDIR.value is None else _WORKDIR.value
+  if not workdir.strip():
+    # An unset shell variable (`--workdir=$OUT`) must not fall back to the default run.
+    print('error: --workdir is empty (give a directory, or leave the flag out for '
+          f'{config.workdir!r})', file=sys.stderr)
+    sys.exit(2)
   try:
     processes.start()  # before any JAX computation
   except ValueError as e:

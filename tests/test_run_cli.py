@@ -434,8 +434,13 @@ def test_cli_non_numeric_override_is_one_error_line_with_status_2(tmp_path):
   res = _cli('--config=phase_a', '--config.rl.learning_rate=-1', f'--workdir={tmp_path}',
              '--dry_run')
   assert res.returncode == 2 and 'config.rl.learning_rate = -1.0' in res.stdout
-  assert 'error: config.rl.learning_rate: must be > 0' in res.stderr
+  assert 'error: config.rl.learning_rate: must be a finite number > 0, got -1.0' in res.stderr
   assert not os.listdir(tmp_path)
+  for bad in ('inf', 'nan'):  # inf passes `> 0`, nan fails it for another reason
+    res = _cli('--config=sft', f'--config.sft.learning_rate={bad}',
+               f'--workdir={tmp_path}', '--dry_run')
+    assert res.returncode == 2
+    assert f'config.sft.learning_rate: must be a finite number > 0, got {bad}' in res.stderr
   res = _cli('--config=phase_a', '--config.memory.local_ids=maybe',
              f'--workdir={tmp_path}', '--dry_run')
   assert res.returncode == 2
@@ -511,3 +516,17 @@ def test_cli_missing_optional_package_is_one_line_and_leaves_no_folder(tmp_path)
           "datasets)") in res.stderr
   assert 'Traceback' not in res.stderr
   assert not workdir.exists()
+
+
+def test_cli_empty_workdir_and_bad_eval_dry_run_exit_2(tmp_path):
+  res = _cli('--config=phase_b', '--workdir=', '--dry_run', cwd=tmp_path)
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      "error: --workdir is empty (give a directory, or leave the flag out for "
+      "'./workdir')"]
+  res = _cli('--config=eval_hotpotqa', '--config.eval.num_questions=-1',
+             f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 2 and 'config.eval.num_questions = -1' in res.stdout
+  assert res.stderr.strip().splitlines()[-1].startswith(
+      'error: config.eval.num_questions: must be an int >= 0')
+  assert not os.listdir(tmp_path)

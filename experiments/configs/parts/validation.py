@@ -10,6 +10,8 @@ CLI runs once before training.
 
 from __future__ import annotations
 
+import math
+
 import os
 
 import ml_collections
@@ -36,6 +38,11 @@ DTYPES = ('float32', 'bfloat16')
 def _require(cond: bool, field: str, message: str) -> None:
   if not cond:
     raise ValueError(f'config.{field}: {message}')
+
+
+def _positive_finite(value) -> bool:
+  """value > 0 and finite (inf passes `> 0` and nan fails it with a misleading reason)."""
+  return math.isfinite(value) and value > 0
 
 
 def _check_run(config: ml_collections.ConfigDict) -> None:
@@ -141,7 +148,8 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(0.0 <= t.template_fraction <= 1.0, 'sft.template_fraction', 'must be in [0, 1]')
   _require(0.0 <= t.min_negative_fraction <= 1.0, 'sft.min_negative_fraction',
            'must be in [0, 1]')
-  _require(t.learning_rate > 0, 'sft.learning_rate', 'must be > 0')
+  _require(_positive_finite(t.learning_rate), 'sft.learning_rate',
+           f'must be a finite number > 0, got {t.learning_rate}')
   _require(t.max_grad_norm > 0, 'sft.max_grad_norm', 'must be > 0')
   _require(t.batch_size >= 1, 'sft.batch_size', 'must be >= 1')
   _require(t.num_epochs >= 1, 'sft.num_epochs', 'must be >= 1')
@@ -181,7 +189,8 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
   _require(r.tasks_per_update >= 1, 'rl.tasks_per_update', 'must be >= 1')
   _require(r.rollouts_per_task >= 2, 'rl.rollouts_per_task',
            f'K={r.rollouts_per_task}: group normalization needs K >= 2')
-  _require(r.learning_rate > 0, 'rl.learning_rate', 'must be > 0')
+  _require(_positive_finite(r.learning_rate), 'rl.learning_rate',
+           f'must be a finite number > 0, got {r.learning_rate}')
   _require(r.max_grad_norm > 0, 'rl.max_grad_norm', 'must be > 0')
   _require(r.clip_epsilon > 0, 'rl.clip_epsilon', 'must be > 0')
   _require(r.kl_beta >= 0, 'rl.kl_beta', 'must be >= 0')
