@@ -276,7 +276,7 @@ class MemoryState:
     return _json().state_to_dict(self)
 
   def to_json(self):
-    """JSON text of the state (schema in the module docstring)."""
+    """JSON text of the state (schema: memory/state_json.py)."""
     return json.dumps(self.to_dict(), ensure_ascii=False, sort_keys=True)
 
   @classmethod

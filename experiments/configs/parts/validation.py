@@ -11,7 +11,6 @@ CLI runs once before training.
 from __future__ import annotations
 
 import math
-
 import os
 
 import ml_collections
