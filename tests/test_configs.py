@@ -570,7 +570,7 @@ def test_issue11_fields_defaults_mirrors_and_errors():
     assert (r.lr_schedule, r.warmup_ratio) == ('constant', 0.0)
   s = _paper('sft').sft
   assert s.loss_reduction == 'sequence' and s.lr_schedule == 'linear'
-  assert common.get_config('sft').sft.loss_reduction == 'decision'  # tiny
+  assert common.get_config('sft').sft.loss_reduction == 'sqrt'  # tiny
   assert _paper('phase_b').reward.unscored_global_value == 0.5
   assert _paper('phase_b').verifier.global_history_tokens == 4096
   c = _parse_flags('phase_b.py', '--config.rl.num_iterations=2',

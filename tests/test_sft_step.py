@@ -168,6 +168,7 @@ def test_loss_reductions_match_numpy(params, short):
     nlls.append(np.array([-logp[t - 1, ids[t]] for t in range(p, p + c)]))
   want = {'sequence': np.mean([x.sum() for x in nlls]),          # Eq. 7: -log π(u*|x)
           'decision': np.mean([x.mean() for x in nlls]),
+          'sqrt': np.mean([x.sum() / np.sqrt(len(x)) for x in nlls]),
           'token': np.concatenate(nlls).mean()}
   for reduction, value in want.items():
     acc = sft_step.zero_accumulator(params)
@@ -178,6 +179,7 @@ def test_loss_reductions_match_numpy(params, short):
     got = sft_step.command_loss(params, [mb], model_config=MODEL, reduction=reduction)
     np.testing.assert_allclose(got, value, rtol=1e-5)
   assert abs(want['sequence'] - want['decision']) > 1.0  # distinct losses
+  assert want['decision'] + 0.5 < want['sqrt'] < want['sequence'] - 0.5
 
 
 def test_non_finite_step_is_not_applied(params, short, monkeypatch):

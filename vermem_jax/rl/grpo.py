@@ -92,8 +92,9 @@ def decision_segments(command_ids: jax.Array) -> tuple[jax.Array, int]:
 
 
 def _decision_reduce(token_values: jax.Array, command_ids: jax.Array, *,
-                     mean: bool = True) -> tuple[jax.Array, jax.Array]:
-  """(Σ_decisions token-mean (or token-sum) of token_values, number of decisions)."""
+                     length_power: float = 1.0) -> tuple[jax.Array, jax.Array]:
+  """(Σ_decisions Σ_j token_values / n^length_power, number of decisions), n = the
+  decision's token count: 1 gives each decision's token mean, 0 its token sum."""
   mask = command_ids > 0
   seg, nseg = decision_segments(command_ids)
   vals = jnp.where(mask, token_values, 0.0).reshape(-1)
@@ -101,8 +102,8 @@ def _decision_reduce(token_values: jax.Array, command_ids: jax.Array, *,
   counts = jax.ops.segment_sum(mask.reshape(-1).astype(vals.dtype), seg,
                                num_segments=nseg)[:-1]
   present = counts > 0
-  if mean:
-    sums = jnp.where(present, sums / jnp.where(present, counts, 1.0), 0.0)
+  if length_power:
+    sums = jnp.where(present, sums / jnp.where(present, counts, 1.0) ** length_power, 0.0)
   return jnp.sum(sums), jnp.sum(present.astype(jnp.float32))
 
 
@@ -318,7 +319,10 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
   return loss_sum, num_decisions, metrics
 
 
-NLL_REDUCTIONS = ('token', 'decision', 'sequence')
+NLL_REDUCTIONS = ('token', 'decision', 'sqrt', 'sequence')
+# The power of a command's token count n that divides its summed NLL (per-command
+# reductions); 'token' divides the step's sum by its command-token count instead.
+_LENGTH_POWER = {'decision': 1.0, 'sqrt': 0.5, 'sequence': 0.0}
 
 
 def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *,
@@ -333,6 +337,9 @@ def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *
     batch: {'target_ids': [B, L] int, 'command_ids': [B, L] int (0 = not trained)}.
     reduction: 'token' — sum of token NLLs, count = command tokens (per-token mean);
       'decision' — each command's token-mean NLL summed, count = commands;
+      'sqrt' — each command's summed NLL divided by √n (n = its tokens) summed, count
+      = commands: between 'sequence' and 'decision', a command's first (tool) token
+      weighs 1/√n, not 1/n (a 2-token ∅ against a 50-token Update: 5x, not 25x);
       'sequence' — each command's summed NLL (-log π(u* | x), Eq. 7 literally),
       count = commands.
     temperature: logits are divided by it (1.0 for SFT).
@@ -372,7 +379,8 @@ def command_nll_from_token_stats(stats: Mapping[str, jax.Array],
   if reduction == 'token':
     total, count = _masked_sum_count(nll, mask)
   else:
-    total, count = _decision_reduce(nll, command_ids, mean=(reduction == 'decision'))
+    total, count = _decision_reduce(nll, command_ids,
+                                    length_power=_LENGTH_POWER[reduction])
   metrics = {'token_accuracy': _masked_sum_count(stats['correct'], mask),
              'token_nll': _masked_sum_count(nll, mask)}
   return total, count, metrics

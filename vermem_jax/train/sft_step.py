@@ -5,11 +5,13 @@ Loss (`sft.loss_reduction`). Negative log-likelihood of the command tokens only
 (SPEC §4). 'sequence' is Eq. 7 literally: each command's NLL -log π(u* | x) summed over
 its tokens, averaged over the commands of the optimizer step (the paper-scale default).
 'decision': each command's token-mean NLL averaged over the commands (every command
-weighs the same whatever its length; the tiny-scale default). 'token': the mean over
-all command tokens of the step. Micro-batches of `batching.micro_batch_size` rows
-return the reduction's sum and count and their gradient sums (`accumulate_micro_batch`);
-the step divides once (deferred normalization, `apply_accumulated`), so any split of a
-step into micro-batches gives the same update (gradient accumulation, `train_step`).
+weighs the same whatever its length). 'sqrt': each command's summed NLL divided by the
+square root of its token count, averaged over the commands (between the two; the
+tiny-scale default). 'token': the mean over all command tokens of the step.
+Micro-batches of `batching.micro_batch_size` rows return the reduction's sum and count
+and their gradient sums (`accumulate_micro_batch`); the step divides once (deferred
+normalization, `apply_accumulated`), so any split of a step into micro-batches gives
+the same update (gradient accumulation, `train_step`).
 `command_loss` is the same loss without a gradient (the dev loss).
 
 Optimizer (SPEC §4; `train/optim.py`): optax AdamW (`sft.adam_b1` / `adam_b2` /

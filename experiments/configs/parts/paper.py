@@ -179,7 +179,8 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.lr_schedule = 'linear'
   # Eq. 7 is the sequence NLL -log π(u* | x): each command's token NLLs summed, mean
   # over commands ('sequence'). 'decision' = each command's per-token mean, then the
-  # mean over commands; 'token' = mean over all command tokens (grpo.NLL_REDUCTIONS).
+  # mean over commands; 'sqrt' = each command's sum over √(its tokens), then the mean;
+  # 'token' = mean over all command tokens (grpo.NLL_REDUCTIONS).
   c.sft.loss_reduction = 'sequence'
   # decision: stop after this many consecutive optimizer steps with a non-finite loss
   # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).

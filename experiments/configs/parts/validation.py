@@ -30,7 +30,7 @@ KL_ESTIMATORS = ('exact', 'k3')
 OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
 TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.config.SFTDataConfig's
 LR_SCHEDULES = ('linear', 'cosine', 'constant')  # = train.optim.LR_SCHEDULES
-NLL_REDUCTIONS = ('token', 'decision', 'sequence')  # = rl.grpo.NLL_REDUCTIONS
+NLL_REDUCTIONS = ('token', 'decision', 'sqrt', 'sequence')  # = rl.grpo.NLL_REDUCTIONS
 DTYPES = ('float32', 'bfloat16')
 
 
