@@ -3,6 +3,7 @@ episode figures (vermem_jax/train/internal_dev.py) on hand-made inputs."""
 
 import math
 import os
+import re
 
 import pytest
 
@@ -69,7 +70,20 @@ def test_rl_summary_block(tmp_path):
   assert 'internal dev (8 ep., greedy)' in text and 'start (θ sft)' in text
   dev_r = next(l for l in lines if l.strip().startswith('r^task') and '0.250' in l)
   assert dev_r.split()[-2:] == ['0.250', '0.500']
-  assert 'dev operation mix, end   ∅ 100%' in text
+  assert re.search(r'dev operation mix, end +∅ 100%', text)
+  # Header and rows line up (right-aligned columns end at the same place), also when
+  # the previous phase's name is longer than the column.
+  for prev in ('sft', 'phase_a'):
+    text = summaries.phase_summary('phase_a', dict(result, reference_phase=prev),
+                                   str(phase_dir), workdir=str(tmp_path))
+    lines = text.splitlines()
+    head = next(l for l in lines if 'internal dev' in l)
+    rows = [l for l in lines[lines.index(head) + 1:] if l.strip()[:1] in 'rms']
+    assert f'start (θ {prev})' in head
+    for row in rows[:4]:
+      assert len(row) == len(head), (head, row)
+    roll = next(l for l in lines if 'rollouts (sampled)' in l)
+    assert len(roll) == len(lines[lines.index(roll) + 1])
   assert os.path.join(str(phase_dir), 'advantages.jsonl') in text
   assert f'VERMEM_WORKDIR={tmp_path} jupyter nbconvert' in text
 
@@ -83,8 +97,9 @@ def test_sft_summary_block(tmp_path):
             'tool_accuracy/Null': 1.0, 'exact_match/Null': 1.0}
   text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
   assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text
-  assert 'dev tool accuracy    0.500' in text
-  assert '(of the non-∅ predictions: n/a)' in text
+  assert re.search(r'\n  dev tool accuracy +0\.500\n', text)
+  assert re.search(r'\n  executable rate +0\.750 ', text)
+  assert re.search(r'\n  non-∅ executable rate +n/a ', text)
   assert any(l.split() == ['Add', '0.62', '0.12'] for l in text.splitlines())
   assert any(l.split() == ['∅', '1.00', '1.00'] for l in text.splitlines())
   assert 'Update' not in text  # classes without a figure are left out

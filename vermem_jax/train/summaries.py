@@ -57,11 +57,12 @@ def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
     lines.append(f'  checkpoint for Phase A: step {best} (best dev tool accuracy '
                  f'{_fmt(r.get("best_tool_accuracy"))}; ties go to the later step)')
   lines += [
-      f'  dev tool accuracy    {_fmt(r.get("tool_accuracy"))}',
-      f'  executable rate      {_fmt(r.get("executable_rate"))}   (of the non-∅ '
-      f'predictions: {_fmt(r.get("executable_rate_non_null"))})',
-      f'  exact match          {_fmt(r.get("exact_match"))}',
-      f'  dev loss             {_fmt(r.get("dev_loss"))}',
+      f'  dev tool accuracy       {_fmt(r.get("tool_accuracy"))}',
+      f'  executable rate         {_fmt(r.get("executable_rate"))}   (all predictions)',
+      f'  non-∅ executable rate   {_fmt(r.get("executable_rate_non_null"))}   '
+      '(the predictions that are not ∅)',
+      f'  exact match             {_fmt(r.get("exact_match"))}',
+      f'  dev loss                {_fmt(r.get("dev_loss"))}',
       f'  {"class":<14s} {"tool acc":>8s} {"exact":>7s}']
   for op in CLASSES:
     acc = r.get(f'tool_accuracy/{op}')
@@ -107,6 +108,10 @@ def window_means(rows: Sequence[Mapping[str, Any]], window: int
   return mean(rows[:w]), mean(rows[-w:])
 
 
+# Wide enough for every RL row label, 'internal dev (64 ep., greedy)' included.
+_RL_LABEL_W = 29
+
+
 def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
                window: int = 3, workdir: str | None = None) -> str:
   """The RL block (module docstring) from the phase result and its metrics.jsonl."""
@@ -119,24 +124,28 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
   else:
     head_a = f'updates {f0}-{f1}' if f1 != f0 else f'update {f0}'
     head_b = f'updates {l0}-{l1}' if l1 != l0 else f'update {l0}'
-    lines.append(f'  {"rollouts (sampled)":<24s} {head_a:>14s} {head_b:>14s}')
+    lines.append(f'  {"rollouts (sampled)":<{_RL_LABEL_W}s} {head_a:>14s} {head_b:>14s}')
     for label, key in RL_ROWS:
-      lines.append(f'  {label:<24s} {_fmt(first.get(key)):>14s} {_fmt(last.get(key)):>14s}')
-    lines.append(f'  {"operation mix, first":<24s} '
+      lines.append(f'  {label:<{_RL_LABEL_W}s} {_fmt(first.get(key)):>14s} '
+                   f'{_fmt(last.get(key)):>14s}')
+    lines.append(f'  {"operation mix, first":<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(first, "rollout/op_share_")}')
-    lines.append(f'  {"operation mix, last":<24s} '
+    lines.append(f'  {"operation mix, last":<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(last, "rollout/op_share_")}')
   start = _prefixed(result, 'internal_dev/start/')
   end = _prefixed(result, 'internal_dev/end/')
   if start or end:
     n = int(end.get('num_episodes') or start.get('num_episodes') or 0)
     prev = result.get('reference_phase', 'previous')
-    lines.append(f'  {f"internal dev ({n} ep., greedy)":<24s} '
-                 f'{f"start (θ {prev})":>14s} {"end":>14s}')
+    head = f'start (θ {prev})'
+    w = max(14, len(head))  # a long phase name widens the column, not the row
+    lines.append(f'  {f"internal dev ({n} ep., greedy)":<{_RL_LABEL_W}s} '
+                 f'{head:>{w}s} {"end":>14s}')
     for label, key in DEV_ROWS:
-      lines.append(f'  {label:<24s} {_fmt(start.get(key)):>14s} {_fmt(end.get(key)):>14s}')
-    lines.append(f'  {"dev operation mix, start":<24s} {internal_dev.op_mix(start)}')
-    lines.append(f'  {"dev operation mix, end":<24s} {internal_dev.op_mix(end)}')
+      lines.append(f'  {label:<{_RL_LABEL_W}s} {_fmt(start.get(key)):>{w}s} '
+                   f'{_fmt(end.get(key)):>14s}')
+    for label, values in (('dev operation mix, start', start), ('dev operation mix, end', end)):
+      lines.append(f'  {label:<{_RL_LABEL_W}s} {internal_dev.op_mix(values)}')
   workdir = workdir or os.path.dirname(os.path.abspath(phase_dir))
   lines += [
       f'  logs: {os.path.join(phase_dir, metrics_lib.METRICS_FILE)}',
