@@ -102,28 +102,37 @@ PHASE_RUNNERS: dict[str, Callable[[ml_collections.ConfigDict, str], Any]] = {
 
 def _dry_run(config: ml_collections.ConfigDict, workdir: str,
              overrides: dict[str, Any], override_args: Sequence[str]) -> list[str]:
-  """Prints the config, overrides and plan, then raises ValueError naming every
+  """Prints the config, overrides and plan, then raises ValueError naming the first
   validation problem (so a paper config without its checkpoint still prints, and the
   command still exits with status 2, as the real run would). Writes nothing."""
-  problems = []
-  checks = [False] + ([True] if config.scale == 'tiny' else [])
-  for check_paths in checks:  # tiny: also the data / tokenizer folders
-    try:
-      validation.validate_config(config, check_paths=check_paths)
-    except ValueError as e:
-      if str(e) not in problems:
-        problems.append(str(e))
-      break
+  problem = _validation_problem(config)
   plan = phase_plan.plan_phases(config.phase, workdir, config.scale, override_args)
+  _print_config(config, workdir, overrides)
+  print('plan: ' + ' -> '.join(plan))
+  sys.stdout.flush()
+  if problem:
+    raise ValueError(problem)
+  return plan
+
+
+def _validation_problem(config: ml_collections.ConfigDict) -> str | None:
+  """The first validation problem of a dry run (tiny scale: then the data and
+  tokenizer folders), or None."""
+  try:
+    validation.validate_config(config, check_paths=False)
+    if config.scale == 'tiny':
+      validation.validate_config(config, check_paths=True)
+  except ValueError as e:
+    return f'{e} (a real run stops here)'
+  return None
+
+
+def _print_config(config: ml_collections.ConfigDict, workdir: str,
+                  overrides: dict[str, Any]) -> None:
   for path, value in sorted(overrides_lib.config_leaves(config).items()):
     print(f'config.{path} = {value!r}')
   print(f'workdir: {workdir}')
   print(f'overrides: {overrides}')
-  print('plan: ' + ' -> '.join(plan))
-  sys.stdout.flush()
-  if problems:
-    raise ValueError('\nerror: '.join(f'{p} (a real run stops here)' for p in problems))
-  return plan
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, *,
@@ -227,15 +236,8 @@ def _run_eval(config: ml_collections.ConfigDict, workdir: str,
   raises ValueError (status 2), as in the real run."""
   from vermem_jax.train import eval_policies  # pylint: disable=g-import-not-at-top
   if dry_run:
-    problem = None
-    try:
-      validation.validate_config(config, check_paths=config.scale == 'tiny')
-    except ValueError as e:  # raised after the config is printed, as `_dry_run` does
-      problem = f'{e} (a real run stops here)'
-    for path, value in sorted(overrides_lib.config_leaves(config).items()):
-      print(f'config.{path} = {value!r}')
-    print(f'workdir: {workdir}')
-    print(f'overrides: {overrides}')
+    problem = _validation_problem(config)  # raised after the printout, as `_dry_run` does
+    _print_config(config, workdir, overrides)
     sys.stdout.flush()
     if problem:
       raise ValueError(problem)

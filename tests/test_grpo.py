@@ -112,10 +112,10 @@ def test_decision_segments_are_runs_within_rows():
   vals = jnp.array([[1., 1., 4., 4., 4., 9.], [2., 2., 0, 0, 0, 0], [0] * 6])
   total, n = grpo._decision_reduce(vals, cid)
   assert float(n) == 5 and float(total) == 1 + 4 + 2 + 0 + 0  # masked 9 excluded
-  total, n = grpo._decision_reduce(vals, cid, length_power=0.0)
+  total, n = grpo._decision_reduce(vals, cid, length_norm=None)
   assert float(n) == 5 and float(total) == 2 + 12 + 4
   # 'sqrt': each decision's sum over √(its tokens).
-  total, n = grpo._decision_reduce(vals, cid, length_power=0.5)
+  total, n = grpo._decision_reduce(vals, cid, length_norm=jnp.sqrt)
   np.testing.assert_allclose(float(total), 2 / 2**.5 + 12 / 3**.5 + 4 / 2**.5, rtol=1e-6)
 
 

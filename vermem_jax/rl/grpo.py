@@ -92,9 +92,10 @@ def decision_segments(command_ids: jax.Array) -> tuple[jax.Array, int]:
 
 
 def _decision_reduce(token_values: jax.Array, command_ids: jax.Array, *,
-                     length_power: float = 1.0) -> tuple[jax.Array, jax.Array]:
-  """(Σ_decisions Σ_j token_values / n^length_power, number of decisions), n = the
-  decision's token count: 1 gives each decision's token mean, 0 its token sum."""
+                     length_norm=lambda n: n) -> tuple[jax.Array, jax.Array]:
+  """(Σ_decisions Σ_j token_values / length_norm(n), number of decisions), n = the
+  decision's token count: the default gives each decision's token mean, None its
+  token sum."""
   mask = command_ids > 0
   seg, nseg = decision_segments(command_ids)
   vals = jnp.where(mask, token_values, 0.0).reshape(-1)
@@ -102,13 +103,8 @@ def _decision_reduce(token_values: jax.Array, command_ids: jax.Array, *,
   counts = jax.ops.segment_sum(mask.reshape(-1).astype(vals.dtype), seg,
                                num_segments=nseg)[:-1]
   present = counts > 0
-  if length_power:
-    n = jnp.where(present, counts, 1.0)
-    # sqrt is correctly rounded, n ** 0.5 need not be. Tiny SFT runs are chaotic in
-    # the last bits: seed 42's 480-step dev tool accuracy was 0.58 with one, 0.48 with
-    # the other (parts/tiny.py: compare multi-seed figures only).
-    norm = jnp.sqrt(n) if length_power == 0.5 else n ** length_power
-    sums = jnp.where(present, sums / norm, 0.0)
+  if length_norm is not None:
+    sums = jnp.where(present, sums / length_norm(jnp.where(present, counts, 1.0)), 0.0)
   return jnp.sum(sums), jnp.sum(present.astype(jnp.float32))
 
 
@@ -325,9 +321,12 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
 
 
 NLL_REDUCTIONS = ('token', 'decision', 'sqrt', 'sequence')
-# The power of a command's token count n that divides its summed NLL (per-command
-# reductions); 'token' divides the step's sum by its command-token count instead.
-_LENGTH_POWER = {'decision': 1.0, 'sqrt': 0.5, 'sequence': 0.0}
+# What divides a command's summed NLL, from its token count n (per-command reductions;
+# 'token' divides the step's sum by its command-token count instead). jnp.sqrt is
+# correctly rounded, n ** 0.5 need not be; tiny SFT runs are chaotic in the last bits
+# (seed 42's 480-step dev tool accuracy: 0.58 with one, 0.48 with the other), so
+# compare multi-seed figures only (parts/tiny.py).
+_LENGTH_NORM = {'decision': lambda n: n, 'sqrt': jnp.sqrt, 'sequence': None}
 
 
 def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *,
@@ -385,7 +384,7 @@ def command_nll_from_token_stats(stats: Mapping[str, jax.Array],
     total, count = _masked_sum_count(nll, mask)
   else:
     total, count = _decision_reduce(nll, command_ids,
-                                    length_power=_LENGTH_POWER[reduction])
+                                    length_norm=_LENGTH_NORM[reduction])
   metrics = {'token_accuracy': _masked_sum_count(stats['correct'], mask),
              'token_nll': _masked_sum_count(nll, mask)}
   return total, count, metrics
