@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from vermem_jax.rl import grpo
+from vermem_jax.rl import loss_step
 
 RTOL = 1e-5
 
@@ -327,7 +328,7 @@ def _model_batch(v, seed=0):
 def test_model_step_matches_full_logits_path(tiny_model):
   qwen, cfg, params, ref_params = tiny_model
   sb = _model_batch(cfg.vocab_size)
-  (loss, n, m), grads = grpo.grpo_loss_and_grads(
+  (loss, n, m), grads = loss_step.grpo_loss_and_grads(
       params, ref_params, sb, model_config=cfg, temperature=0.7)
 
   # Independent path: full [B, T, V] logits from Qwen.apply, then gather.
@@ -351,9 +352,9 @@ def test_model_step_matches_full_logits_path(tiny_model):
 def test_model_step_with_identical_policies(tiny_model):
   _, cfg, params, _ = tiny_model
   sb = dict(_model_batch(cfg.vocab_size, seed=1))
-  old = grpo.policy_logprobs(params, sb, model_config=cfg, temperature=0.7)
+  old = loss_step.policy_logprobs(params, sb, model_config=cfg, temperature=0.7)
   sb['old_logprobs'] = np.asarray(old)
-  (loss, n, m), _ = grpo.grpo_loss_and_grads(params, params, sb, model_config=cfg,
+  (loss, n, m), _ = loss_step.grpo_loss_and_grads(params, params, sb, model_config=cfg,
                                              temperature=0.7)
   cid, adv = sb['command_ids'], sb['advantages']
   per_decision = [adv[r, j] for r in range(cid.shape[0]) for j in range(cid.shape[1])
@@ -369,7 +370,7 @@ def test_model_step_microbatches_float32(tiny_model):
   lb1, _ = _full_sequence_case(3, t=24, v=cfg.vocab_size)
   lb = {k: np.concatenate([lb0[k], lb1[k][:1]]) for k in lb0}
   sb = grpo.select_command_tokens(lb, 8)
-  step = functools.partial(grpo.grpo_loss_and_grads, model_config=cfg, temperature=0.7)
+  step = functools.partial(loss_step.grpo_loss_and_grads, model_config=cfg, temperature=0.7)
   (loss, n, _), g = step(params, ref_params, sb)
   # Rows [0, 2) reuse the [2, T] compilation of the other model tests.
   parts = [{k: x[a:b] for k, x in sb.items()} for a, b in ((0, 2), (2, 3))]
@@ -389,7 +390,7 @@ def test_model_step_microbatches_float32(tiny_model):
 def test_sft_step_matches_nll(tiny_model):
   qwen, cfg, params, _ = tiny_model
   sb = _model_batch(cfg.vocab_size, seed=4)
-  (total, count, _), grads = grpo.sft_loss_and_grads(params, sb, model_config=cfg)
+  (total, count, _), grads = loss_step.sft_loss_and_grads(params, sb, model_config=cfg)
   full = qwen.Qwen(cfg).apply({'params': params}, sb['input_ids'],
                               attention_mask=sb['attention_mask'])
   lp = jax.nn.log_softmax(full, -1)

@@ -14,7 +14,7 @@ import pytest
 from test_grpo import ref_ppo_loss_and_logit_grad  # pylint: disable=g-bad-import-order
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
-from vermem_jax.rl import grpo
+from vermem_jax.rl import loss_step
 from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_learner
 
@@ -100,7 +100,7 @@ def _logits(params, decisions):
   (mb,) = batching.micro_batches(decisions, dataclasses.replace(BCFG,
                                                                 micro_batch_size=8))
   step = batching.to_step_batch(mb)
-  return step, grpo.command_logits(MC, params, step)
+  return step, loss_step.command_logits(MC, params, step)
 
 
 def _log_softmax(x):
@@ -137,7 +137,7 @@ def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
   lp0 = _log_softmax(np.asarray(logits0, np.float64) / 0.7)
   old = np.take_along_axis(lp0, step['target_ids'][..., None], -1)[..., 0]
   batch = dict(step, old_logprobs=old.astype(np.float32))
-  logits1, vjp = jax.vjp(lambda p: grpo.command_logits(MC, p, step), p1)
+  logits1, vjp = jax.vjp(lambda p: loss_step.command_logits(MC, p, step), p1)
   ref_loss, ref_dlogits, ratios = ref_ppo_loss_and_logit_grad(
       np.asarray(logits1), np.asarray(logits0), batch, 0.2, 0.1, 0.7)
   assert np.mean(np.abs(ratios - 1) > 0.2) == pytest.approx(

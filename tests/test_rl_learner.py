@@ -66,8 +66,8 @@ def test_sampler_logprobs_mode_uses_the_recorded_numbers():
   bcfg = batching.BatchingConfig(micro_batch_size=4, length_buckets=(64,),
                                  command_buckets=(8,))
   batch = batching.to_step_batch(batching.micro_batches(base, bcfg)[0])
-  from vermem_jax.rl import grpo  # pylint: disable=g-import-not-at-top
-  lp = np.asarray(grpo.policy_logprobs(params, batch, model_config=mc, temperature=0.7))
+  from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
+  lp = np.asarray(loss_step.policy_logprobs(params, batch, model_config=mc, temperature=0.7))
   shifted = []
   for i, d in enumerate(base):
     row = int(np.flatnonzero(batch['command_ids'][:, 0] == i + 1)[0])

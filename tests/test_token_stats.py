@@ -9,6 +9,7 @@ import pytest
 
 from vermem_jax.models import qwen
 from vermem_jax.rl import grpo
+from vermem_jax.rl import loss_step
 from vermem_jax.rl import token_stats
 
 
@@ -111,7 +112,7 @@ def _close_trees(a, b, rtol=1e-5, atol=1e-7):
 @pytest.mark.parametrize('est', ['exact', 'k3'])
 def test_grpo_step_chunked_equals_unchunked(model, est):
   cfg, params, ref_params, batch = model
-  step = functools.partial(grpo.grpo_loss_and_grads, params, ref_params, batch,
+  step = functools.partial(loss_step.grpo_loss_and_grads, params, ref_params, batch,
                            model_config=cfg, kl_estimator=est, temperature=0.7)
   (loss, n, metrics), grads = step(loss_chunk_size=5)
   (ref_loss, ref_n, ref_metrics), ref_grads = step(loss_chunk_size=None)
@@ -123,15 +124,15 @@ def test_grpo_step_chunked_equals_unchunked(model, est):
 
 def test_sft_step_and_policy_logprobs_chunked_equal_unchunked(model):
   cfg, params, _, batch = model
-  got = grpo.sft_loss_and_grads(params, batch, model_config=cfg, reduction='decision',
+  got = loss_step.sft_loss_and_grads(params, batch, model_config=cfg, reduction='decision',
                                 loss_chunk_size=4)
-  want = grpo.sft_loss_and_grads(params, batch, model_config=cfg, reduction='decision',
+  want = loss_step.sft_loss_and_grads(params, batch, model_config=cfg, reduction='decision',
                                  loss_chunk_size=None)
   _close_trees(got, want)
   np.testing.assert_allclose(
-      grpo.policy_logprobs(params, batch, model_config=cfg, temperature=0.7,
+      loss_step.policy_logprobs(params, batch, model_config=cfg, temperature=0.7,
                            loss_chunk_size=7),
-      grpo.policy_logprobs(params, batch, model_config=cfg, temperature=0.7,
+      loss_step.policy_logprobs(params, batch, model_config=cfg, temperature=0.7,
                            loss_chunk_size=None), rtol=1e-6, atol=1e-6)
 
 

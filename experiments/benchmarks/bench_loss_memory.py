@@ -12,7 +12,7 @@ naive variants that would need many GiB are only compiled. Two comparisons:
   head   hidden states [B, T, D] -> loss and its gradient w.r.t. the hidden states and
          the lm_head weight. `gathered` = ours (gather L positions, lm_head there);
          `naive` = lm_head over all T positions, then gather the logits.
-  model  the full jitted step `grpo.grpo_loss_and_grads` on a Qwen-architecture model
+  model  the full jitted step `loss_step.grpo_loss_and_grads` on a Qwen-architecture model
          (tiny trunk, Qwen vocabulary, policy + reference forward, exact KL) vs the
          same step computing full [B, T, V] logits with `Qwen.apply`. The trunk's
          attention grows with T² regardless of V, so the vocabulary's share,
@@ -57,6 +57,7 @@ import numpy as np  # noqa: E402
 import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.rl import grpo  # noqa: E402
+from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
 
 GIB = 1024 ** 3
@@ -97,7 +98,7 @@ def head_variants(v, d):
 
 def model_variants(cfg):
   def gathered(params, ref_params, batch):
-    return grpo.grpo_loss_and_grads(params, ref_params, batch, model_config=cfg,
+    return loss_step.grpo_loss_and_grads(params, ref_params, batch, model_config=cfg,
                                     temperature=0.7)
 
   def naive(params, ref_params, batch):
@@ -217,7 +218,7 @@ def main(argv=None):
                   help='the learner step, chunked vs unchunked (issue 12)')
   ap.add_argument('--step_batch', type=int, default=8)
   ap.add_argument('--step_length', type=int, default=1024)
-  ap.add_argument('--chunk_sizes', default=str(grpo.DEFAULT_LOSS_CHUNK_SIZE),
+  ap.add_argument('--chunk_sizes', default=str(loss_step.DEFAULT_LOSS_CHUNK_SIZE),
                   help='comma-separated loss_chunk_size values compared to None')
   ap.add_argument('--estimators', default='exact,k3')
   ap.add_argument('--time', action='store_true', help='with --step: run and time it')

@@ -153,7 +153,7 @@ def run_ours(args) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
   from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
-  from vermem_jax.rl import grpo  # pylint: disable=g-import-not-at-top
+  from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
 
   cfg = qwen.QwenConfig(
@@ -167,7 +167,7 @@ def run_ours(args) -> dict:
   prompts, completions, advantages, decode = _inputs(args, np)
   out = {'library': 'vermem_jax', 'jax': jax.__version__,
          'attn_implementation': cfg.attn_implementation,
-         'loss_chunk_size': grpo.DEFAULT_LOSS_CHUNK_SIZE}
+         'loss_chunk_size': loss_step.DEFAULT_LOSS_CHUNK_SIZE}
 
   if 'learner' not in args.skip:
     b, c = len(prompts), args.completion_len

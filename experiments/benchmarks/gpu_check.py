@@ -48,7 +48,7 @@ import numpy as np  # noqa: E402
 import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.models import sampling  # noqa: E402
-from vermem_jax.rl import grpo  # noqa: E402
+from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
 
 GIB = 1024 ** 3
@@ -65,7 +65,7 @@ def _parser():
   ap.add_argument('--length', type=int, default=8192, help='T tokens per row')
   ap.add_argument('--command_tokens', type=int, default=256)
   ap.add_argument('--learner_batch', type=int, default=4)
-  ap.add_argument('--loss_chunk_size', type=int, default=grpo.DEFAULT_LOSS_CHUNK_SIZE)
+  ap.add_argument('--loss_chunk_size', type=int, default=loss_step.DEFAULT_LOSS_CHUNK_SIZE)
   ap.add_argument('--decode_batch', type=int, default=64)
   ap.add_argument('--new_tokens', type=int, default=256)
   ap.add_argument('--repeats', type=int, default=3)

@@ -67,7 +67,7 @@ class BatchingConfig:
     sort_by_length: order decisions by length before splitting into micro-batches (less
       padding; the update's gradient sum is unchanged).
     loss_chunk_size: command positions per vocabulary chunk of the learner's head and
-      loss (rl/token_stats.py; grpo.DEFAULT_LOSS_CHUNK_SIZE); None = unchunked.
+      loss (rl/token_stats.py; loss_step.DEFAULT_LOSS_CHUNK_SIZE); None = unchunked.
   """
   micro_batch_size: int = 8
   length_buckets: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 8512)

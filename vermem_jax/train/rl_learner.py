@@ -13,7 +13,7 @@ rl.mini_batches_per_iteration = M shuffled mini-batches (a fresh permutation per
 seeded by (seed, update, pass); M = 1 keeps the decisions in order) and ONE optimizer
 step per mini-batch: μ·M steps per update. A mini-batch's decisions become padded
 micro-batches (`batching.micro_batches`, command-token weights divided by that
-mini-batch's N_b decisions); `grpo_step` (grpo.command_token_stats +
+mini-batch's N_b decisions); `grpo_step` (loss_step.command_token_stats +
 grpo.grpo_loss_from_token_stats, jitted: the head and loss run in chunks of
 `batching.loss_chunk_size` command positions, no [B, L, V] array) returns loss and
 gradient SUMS per micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
@@ -72,6 +72,7 @@ import numpy as np
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
+from vermem_jax.rl import loss_step
 from vermem_jax.train import distributed
 from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_optimizer
@@ -165,10 +166,10 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
               model_config: qwen.QwenConfig, clip_epsilon: float, kl_beta: float,
               kl_estimator: str, temperature: float, old_from_learner: bool,
               max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO,
-              loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE):
+              loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE):
   """Summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
 
-  Same computation as `grpo.grpo_loss_and_grads` (policy and reference statistics at
+  Same computation as `loss_step.grpo_loss_and_grads` (policy and reference statistics at
   the command positions only, in vocabulary chunks of `loss_chunk_size` positions:
   no [B, L, V] array; `grpo.grpo_loss_from_token_stats`), plus the learner's own
   log π_θ(y_j | h_j) at `temperature`. With `old_from_learner` (only at θ = θ_old,
@@ -190,7 +191,7 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
   mask = batch['command_ids'] > 0
 
   def loss_fn(p):
-    stats = grpo.command_token_stats(
+    stats = loss_step.command_token_stats(
         model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
         kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
         chunk_size=loss_chunk_size)
@@ -264,7 +265,7 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
   for mb in batching.micro_batches(decisions, batching_config, pad_id=pad_id):
     step_batch = batching.to_step_batch(mb)
     with setup_lib.mesh_context(mesh):
-      lp = grpo.policy_logprobs(params, setup_lib.place_batch(step_batch, mesh),
+      lp = loss_step.policy_logprobs(params, setup_lib.place_batch(step_batch, mesh),
                                 model_config=model_config, temperature=temperature,
                                 loss_chunk_size=batching_config.loss_chunk_size)
     for cid, v in batching.values_by_decision(mb, distributed.to_host(lp)).items():

@@ -49,6 +49,7 @@ import optax
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
+from vermem_jax.rl import loss_step
 from vermem_jax.train import nonfinite
 from vermem_jax.train import optim
 from vermem_jax.train import setup as setup_lib
@@ -133,7 +134,7 @@ def zero_accumulator(params: Any) -> dict[str, Any]:
 
 
 def _accumulate(params, acc, batch, model_config, reduction, loss_chunk_size):
-  (total, count, m), grads = grpo.sft_loss_and_grads(
+  (total, count, m), grads = loss_step.sft_loss_and_grads(
       params, batch, model_config=model_config, reduction=reduction,
       loss_chunk_size=loss_chunk_size)
   commands = jnp.sum(jnp.any(batch['command_ids'] > 0, axis=1).astype(jnp.float32))
@@ -162,7 +163,7 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
                            model_config: qwen.QwenConfig,
                            mesh: jax.sharding.Mesh | None = None,
                            reduction: str = 'decision',
-                           loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE
+                           loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE
                            ) -> dict[str, Any]:
   """Adds one micro-batch's command NLL sums and gradient sums to `acc` (jitted).
 
@@ -235,7 +236,7 @@ def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
                model_config: qwen.QwenConfig, opt: OptimizerConfig,
                mesh: jax.sharding.Mesh | None = None, reduction: str = 'decision',
-               loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE
+               loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE
                ) -> tuple[Any, Any, dict[str, float]]:
   """One SFT optimizer step over all micro-batches of a batch (gradient accumulation).
 
@@ -268,7 +269,7 @@ def train_step(params: Any, opt_state: Any,
 @functools.partial(jax.jit, static_argnames=('model_config', 'reduction',
                                              'loss_chunk_size'))
 def _nll_sums(params, batch, model_config, reduction, loss_chunk_size):
-  stats = grpo.command_token_stats(model_config, params, batch, entropy=False,
+  stats = loss_step.command_token_stats(model_config, params, batch, entropy=False,
                                    correct=True, chunk_size=loss_chunk_size)
   total, count, _ = grpo.command_nll_from_token_stats(stats, batch, reduction=reduction)
   return total, count
@@ -278,7 +279,7 @@ def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]],
                  model_config: qwen.QwenConfig,
                  mesh: jax.sharding.Mesh | None = None,
                  reduction: str = 'decision',
-                 loss_chunk_size: int | None = grpo.DEFAULT_LOSS_CHUNK_SIZE) -> float:
+                 loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE) -> float:
   """The SFT loss of `reduction` over the micro-batches, no gradient (the dev loss);
   vocabulary chunks of `loss_chunk_size` command positions."""
   total, count = 0.0, 0.0
