@@ -54,12 +54,12 @@ def test_full_view_shows_every_id_q_and_task_state():
   assert 'question: "Which city hosted the event?"' in x
   assert 'task state: "doc 3 of 10"' in x
   for rec in [e for e in s.M if e.active] + list(s.C) + list(s.H):
-    assert f'[{rec.id} ' in x
-  assert f'[{s.M[0].id} ' not in x  # deleted entries are counted, not shown
+    assert f'["{rec.id}" ' in x
+  assert f'["{s.M[0].id}" ' not in x  # deleted entries are counted, not shown
   assert 'LONG-TERM MEMORY (1 active, 1 deleted; 0 not shown)' in x
   header, lines = section(x, 'HISTORY')
   assert '0 not shown' in header
-  assert [l.split()[0][1:] for l in lines] == [h.id for h in reversed(s.H)]
+  assert [l.split()[0][2:-1] for l in lines] == [h.id for h in reversed(s.H)]
   assert W(x) <= 8192
 
 
@@ -86,12 +86,12 @@ def test_history_most_recent_first_and_context_keeps_protected_items():
   s = big_state()
   x = mm.render_policy_input(s, W, allowed_ops=mm.ALL_OPS, limit=450)
   _, h_lines = section(x, 'HISTORY')
-  shown = [l.split()[0][1:] for l in h_lines]
+  shown = [l.split()[0][2:-1] for l in h_lines]
   assert shown and shown[0] == s.H[-1].id
   nums = [int(i.split(':h')[1]) for i in shown]
   assert nums == sorted(nums, reverse=True)
   _, c_lines = section(x, 'ACTIVE CONTEXT')
-  c_shown = [l.split()[0][1:] for l in c_lines]
+  c_shown = [l.split()[0][2:-1] for l in c_lines]
   assert s.C[0].id in c_shown and s.env_item_id in c_shown
 
 
@@ -166,9 +166,9 @@ def test_local_ids_view_drops_only_this_tasks_namespace():
   assert local == serialization.localize_ids(qualified, s.ns)
   assert f'{s.ns}:' not in local and other in local
   assert 'Ids: m<n> long-term entries, c<n> context items, h<n> history events.' in local
-  assert re.search(r'^\[c\d+ observation\] ', local, re.M)
-  assert re.search(r'^\[h\d+ step \d+ ', local, re.M)
-  assert re.search(r'^\[m\d+ v0\] ', local, re.M)
+  assert re.search(r'^\["c\d+" observation\] ', local, re.M)
+  assert re.search(r'^\["h\d+" step \d+ ', local, re.M)
+  assert re.search(r'^\["m\d+" v0\] ', local, re.M)
   assert local == serialization.render_policy_input_reference(s, W, local_ids=True, **kw)
   cfg = mm.ExecutorConfig(local_ids=True, policy_input_limit=900)
   assert mm.render_for_config(s, W, cfg) == mm.render_policy_input(

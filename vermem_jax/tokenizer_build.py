@@ -26,7 +26,8 @@ Model (google/sentencepiece `SentencePieceTrainer`, BPE, VOCAB_SIZE pieces):
   * identity normalization, no dummy prefix, whitespace kept as is: decode(encode(s))
     == s for every string, and a text encodes the same wherever it appears;
   * single pieces for the chat markers `<|im_start|>`, `<|im_end|>`, `<|endoftext|>`,
-    the null command `∅`, the newline and the seven tool names with their parenthesis
+    the null command `∅`, the newline, the double quote (so a quoted id or text
+    tokenizes identically in the state and in a command) and the seven tool names with their parenthesis
     (`Add(`, ..., `Summarize(`): user-defined symbols, never merged with a neighbour
     (what makes `SentencePieceTokenizer.splits_after_newline` true), so a command's
     first token is its tool;
@@ -63,10 +64,14 @@ CORPUS_CONTEXT_BUDGET = 384
 CORPUS_POLICY_INPUT_LIMIT = 768
 CORPUS_SEED = 0
 NEWLINE = '\n'
+# A piece of its own, so whatever stands inside quotes (a record id, an evidence ref, a
+# copied sentence) encodes the same in the state, where g(s) quotes it, and in a
+# command, where it is quoted too (`source_refs=["c2"]`).
+QUOTE = '"'
 # Single pieces that BPE never merges with their neighbours: chat markers, the null
 # command, the newline and each tool's name with its parenthesis, so the choice of tool
 # is the first command token.
-USER_DEFINED_SYMBOLS = (('<|im_start|>', '<|im_end|>', '<|endoftext|>', '∅', NEWLINE)
+USER_DEFINED_SYMBOLS = (('<|im_start|>', '<|im_end|>', '<|endoftext|>', '∅', NEWLINE, QUOTE)
                         + tuple(f'{op}(' for op in commands.LTM_OPS + commands.STM_OPS))
 PAD_ID = 0
 UNK_ID = 1

@@ -8,11 +8,11 @@ Layout (deterministic; every shown record carries its id so the policy can cite 
     question: "<q>"
     task state: "<task_state>"
     LONG-TERM MEMORY (<a> active, <d> deleted; <k> not shown)
-    [<id> v<k>] "<content>"                      (selected entries in M order)
-    ACTIVE CONTEXT (<tokens>/<budget> tokens; current environment item <id>; <k> not shown)
-    [<id> <kind>[ protected]] "<text>"           (selected items in C order)
+    ["<id>" v<k>] "<content>"                    (selected entries in M order)
+    ACTIVE CONTEXT (<tokens>/<budget> tokens; current environment item "<id>"; <k> not shown)
+    ["<id>" <kind>[ protected]] "<text>"         (selected items in C order)
     HISTORY (most recent first; <n> events; <k> not shown)
-    [<id> step <t> <kind>] "<text>"
+    ["<id>" step <t> <kind>] "<text>"
     STATE END
     Command:
 
@@ -182,17 +182,32 @@ def instruction_block(allowed_ops):
   return '\n'.join(lines)
 
 
+def ref(record_id):
+  """A record id as g(s) shows it: quoted exactly as a command cites it (`"c2"`).
+
+  A quote before the id's first character keeps the tokenizer from gluing that
+  character to a neighbour (`[c` or ` c` pieces), so the id's pieces in the state are
+  the pieces the policy writes in `source_refs=["c2"]` (issue 22: 53 of 89 id
+  placements fell on piece boundaries with Qwen2.5's tokenizer).
+  """
+  return f'"{record_id}"'
+
+
 def _m_line(e):
-  return f'[{e.id} v{len(e.versions) - 1}] {_q(e.content)}'
+  return f'[{ref(e.id)} v{len(e.versions) - 1}] {_q(e.content)}'
 
 
 def _c_line(it):
   flag = ' protected' if it.protected else ''
-  return f'[{it.id} {it.kind}{flag}] {_q(it.text)}'
+  return f'[{ref(it.id)} {it.kind}{flag}] {_q(it.text)}'
 
 
 def _h_line(ev):
-  return f'[{ev.id} step {ev.step} {ev.kind}] {_q(ev.text)}'
+  return f'[{ref(ev.id)} step {ev.step} {ev.kind}] {_q(ev.text)}'
+
+
+def _env_item(state):
+  return ref(state.env_item_id) if state.env_item_id else 'none'
 
 
 def _select(candidates, budget, sep):
@@ -254,7 +269,7 @@ def _render(state, counter, allowed_ops, limit, shares, context_budget, shrink,
 
   def c_header(k):
     return (f'ACTIVE CONTEXT ({c_tokens}/{context_budget} tokens; '
-            f'current environment item {state.env_item_id or "none"}; {k} not shown)')
+            f'current environment item {_env_item(state)}; {k} not shown)')
 
   def h_header(k):
     return f'HISTORY (most recent first; {len(state.H)} events; {k} not shown)'
@@ -424,7 +439,7 @@ def render_policy_input_reference(state, count_tokens, *, allowed_ops,
   h_lines = [(_h_line(ev), cost(_h_line(ev))) for ev in state.H]
   n_deleted = len(state.M) - len(active)
   c_tokens = sum(it.tokens for it in state.C)
-  env = state.env_item_id or 'none'
+  env = _env_item(state)
 
   def headers(km, kc, kh):
     return [f'LONG-TERM MEMORY ({len(active)} active, {n_deleted} deleted; {km} not '
