@@ -71,7 +71,7 @@ from experiments.configs.parts import validation  # noqa: E402
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Phase config: a path or a name in experiments/configs/ '
     '(sft, phase_a, phase_b, phase_c, eval_hotpotqa, eval_alfworld, eval_scienceworld, '
-    'eval_pddl, eval_babyai, table2), optionally with ":scale=paper".',
+    'eval_pddl, eval_babyai, table2, pretrain), optionally with ":scale=paper".',
     lock_config=True)
 _WORKDIR = flags.DEFINE_string(
     'workdir', None, 'Run directory (one sub-directory per phase); default: '
@@ -84,6 +84,23 @@ _DRY_RUN = flags.DEFINE_bool(
 def _runner_sft(config: ml_collections.ConfigDict, workdir: str) -> Any:
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   return sft.run_sft(config, workdir)
+
+
+def _run_pretrain(config: ml_collections.ConfigDict, workdir: str, *,
+                  dry_run: bool) -> list[str]:
+  """The tiny base's pretraining (outside the curriculum: no plan, no markers)."""
+  from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import pretrain  # pylint: disable=g-import-not-at-top
+  if distributed.process_count() > 1:
+    raise ValueError('--config=pretrain runs in one process (a CPU stand-in)')
+  pretrain.pretrain_config_from(config)  # a bad section stops a dry run too
+  if dry_run:
+    _print_config(config, workdir, {})
+    print('plan: pretrain')
+    return ['pretrain']
+  validation.validate_config(config, check_paths=True)
+  pretrain.run_pretrain(config, workdir)
+  return ['pretrain']
 
 
 def _runner_rl(config: ml_collections.ConfigDict, workdir: str) -> Any:
@@ -162,6 +179,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   overrides.pop('workdir', None)  # the workdir argument is not a config override
   config.workdir = workdir  # what the run uses (the --workdir flag wins), also printed
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
+  if config.phase == curriculum.PRETRAIN_CONFIG:
+    return _run_pretrain(config, workdir, dry_run=dry_run)
   if config.phase in curriculum.EVAL_CONFIGS + curriculum.AGGREGATE_CONFIGS:
     if distributed.process_count() > 1:
       raise ValueError(f'--config={config.phase}: evaluation runs in one process; start '

@@ -54,3 +54,14 @@ def tokenizer_path(name: str, data_dir: str | None = None) -> str:
   if name in PACKAGED_TOKENIZERS:
     return packaged_tokenizer(name)
   return tokenizer_dir(name, data_dir)
+
+
+# The tiny default's pretrained base (a Hugging Face folder): the CPU stand-in for a
+# pretrained Qwen, made by `python experiments/run.py --config=pretrain.py`
+# (vermem_jax.train.pretrain).
+PACKAGED_BASE = "tiny_base"
+
+
+def packaged_base() -> str:
+  """Path of the packaged tiny base folder (`config.json`, `model.safetensors`, ...)."""
+  return str(_ASSETS / PACKAGED_BASE)

@@ -27,6 +27,7 @@ import ml_collections
 
 from experiments.configs.parts import curriculum
 from experiments.configs.parts import paper
+from experiments.configs.parts import pretrain
 from experiments.configs.parts import tiny
 
 
@@ -55,20 +56,26 @@ def _parse_arg(arg: str | None) -> dict[str, str]:
 
 
 def get_config(phase: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """Full config for `phase` ('sft', 'phase_a', 'phase_b', 'phase_c', or the
-  evaluation 'eval_hotpotqa') at a scale.
+  """Full config for `phase` ('sft', 'phase_a', 'phase_b', 'phase_c', the
+  evaluation 'eval_hotpotqa', or the tiny base's 'pretrain') at a scale.
 
   Args:
     phase: one of curriculum.CONFIG_NAMES.
     arg: the config-flag argument ('scale=tiny' default, 'scale=paper').
   Raises:
-    ValueError: unknown phase or argument.
+    ValueError: unknown phase or argument; 'pretrain' at paper scale.
   """
   if phase not in curriculum.CONFIG_NAMES:
     raise ValueError(f'unknown phase {phase!r}; expected one of {curriculum.CONFIG_NAMES}')
   scale = _parse_arg(arg)['scale']
+  if phase == curriculum.PRETRAIN_CONFIG and scale != 'tiny':
+    raise ValueError('pretrain builds the CPU stand-in for a pretrained Qwen; at paper '
+                     'scale the policy starts from a Qwen checkpoint '
+                     '(--config.model.hf_checkpoint=/path/to/Qwen2.5-7B-Instruct)')
   c = paper.paper_config(phase)
   if scale == 'tiny':
     tiny.apply_tiny(c, phase)
+  if phase == curriculum.PRETRAIN_CONFIG:
+    pretrain.apply_pretrain(c)
   c.scale = scale
   return c

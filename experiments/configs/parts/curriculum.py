@@ -14,8 +14,12 @@ BENCHMARK_CONFIGS = {'eval_alfworld': 'alfworld', 'eval_scienceworld': 'sciencew
 EVAL_CONFIGS = ('eval_hotpotqa',) + tuple(BENCHMARK_CONFIGS)
 # Configs that only aggregate finished evaluations (Table 2 and its frontier).
 AGGREGATE_CONFIGS = ('table2',)
-CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS + AGGREGATE_CONFIGS
+# The tiny scale's pretraining of its base model (a stand-in for the pretrained Qwen;
+# vermem_jax.train.pretrain): before the curriculum, and outside it.
+PRETRAIN_CONFIG = 'pretrain'
+CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS + AGGREGATE_CONFIGS + (PRETRAIN_CONFIG,)
 # Operation subspace name used by vermem_jax.memory.PHASE_OPS (SPEC §4).
 PHASE_OP_SPACE = {'sft': 'C', 'phase_a': 'A', 'phase_b': 'B', 'phase_c': 'C',
-                  **{name: 'C' for name in EVAL_CONFIGS + AGGREGATE_CONFIGS}}
+                  **{name: 'C' for name in EVAL_CONFIGS + AGGREGATE_CONFIGS
+                     + (PRETRAIN_CONFIG,)}}
 SCALES = ('tiny', 'paper')

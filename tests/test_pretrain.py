@@ -1,0 +1,190 @@
+"""Pretraining of the tiny base (vermem_jax.train.pretrain; issue 22)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from experiments.configs import common
+from vermem_jax import paths
+from vermem_jax import tokenization
+from vermem_jax.envs import episodes
+from vermem_jax.envs import hotpotqa
+from vermem_jax.models import hf_io
+from vermem_jax.models import qwen
+from vermem_jax.models.qwen_config import QwenConfig
+from vermem_jax.train import pretrain as pt
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def small_config(**overrides):
+  values = common.get_config('pretrain').pretrain.to_dict()
+  values.update(steps=3, batch_size=2, seq_len=160, log_every=1, probe_every=0,
+                probe_rows=4)
+  values['task_weights'] = tuple(values['task_weights'])
+  values.update(overrides)
+  return pt.PretrainConfig(**values)
+
+
+@pytest.fixture(scope='module')
+def tok():
+  return tokenization.load_tokenizer(paths.packaged_tokenizer())
+
+
+@pytest.fixture(scope='module')
+def construction():
+  pool, _ = episodes.load_pools(hotpotqa.DataConfig(hotpotqa_dir=paths.hotpotqa_dir()))
+  return pool
+
+
+@pytest.fixture(scope='module')
+def rows(tok, construction):
+  cfg = small_config()
+  corpus = pt.build_corpus(construction[:60], tok, cfg.probe_fraction, seed=0)
+  return pt.RowMaker(corpus, cfg)
+
+
+def test_probe_questions_are_held_out(tok, construction):
+  corpus = pt.build_corpus(construction[:60], tok, 0.1, seed=0)
+  train = {p.tobytes() for p in corpus.train_paragraphs}
+  probe = {p.tobytes() for p in corpus.probe_paragraphs}
+  assert probe and train and not train & probe
+
+
+def _targets(tokens, target):
+  return tokens[target > 0].tolist()
+
+
+def test_copy_row_targets_the_copy_after_its_first_token(rows):
+  rng = np.random.default_rng(3)
+  tokens, target = rows.copy(rng, step=10_000)
+  nl = np.flatnonzero(tokens == rows.newline)
+  sep = int(nl[-1])
+  assert tokens[sep + 1] == rows.quote
+  copy = _targets(tokens, target)
+  # x is the len(copy)+1 tokens before the separator; the target is x[1:].
+  x = tokens[sep - len(copy) - 1:sep].tolist()
+  assert copy == x[1:] and tokens[sep + 2] == x[0]
+  assert 10 <= len(x) <= 32 and target[:sep + 3].sum() == 0
+
+
+def test_span_row_copies_a_span_of_its_paragraph(rows):
+  rng = np.random.default_rng(4)
+  tokens, target = rows.span(rng, rows.corpus.train_paragraphs, length=32)
+  span = _targets(tokens, target)
+  assert len(span) == 31
+  first = int(np.flatnonzero(target)[0]) - 1  # the span's first token, not a target
+  whole = tokens[first:first + 32].tolist()
+  para = tokens[1:first - 2].tolist()
+  assert any(para[i:i + 32] == whole for i in range(len(para) - 31))
+
+
+def test_quote_and_cite_rows_by_text(rows, tok):
+  rng = np.random.default_rng(5)
+  tokens, target = rows.quote_row(rng, rows.corpus.train_sentences)
+  text = tok.decode(tokens[tokens != tok.pad_token_id].tolist())
+  asked = text.split('\nquote "')[1].split('"')[0]
+  quoted = tok.decode(_targets(tokens, target))
+  line = [l for l in text.split('\n') if l.startswith(f'["{asked}" ')][0]
+  # The record's text and its closing quote (cut where a row exceeds seq_len).
+  assert quoted and line.split('] "', 1)[1].startswith(quoted)
+  tokens, target = rows.cite_row(rng, rows.corpus.train_sentences)
+  text = tok.decode(tokens[tokens != tok.pad_token_id].tolist())
+  cited = tok.decode(_targets(tokens, target))
+  assert cited.endswith('"') and f'["{cited[:-1]}" ' in text
+  prefix = text.split('\ncite "')[1].split('"')[0]
+  line = [l for l in text.split('\n') if l.startswith(f'["{cited[:-1]}" ')][0]
+  assert line.split('] "', 1)[1].startswith(prefix)
+
+
+def test_next_token_loss_matches_numpy(tok):
+  mc = QwenConfig.preset('tiny-sp4k', dtype='float32')
+  params = qwen.init_params(mc, jax.random.PRNGKey(0))
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, 4096, (2, 12)).astype(np.int32)
+  target = (rng.random((2, 12)) < 0.5).astype(np.float32)
+  loss, acc = pt.next_token_loss(mc, params, jnp.asarray(tokens), jnp.asarray(target))
+  logits = np.asarray(qwen.Qwen(mc).apply({'params': params}, tokens), np.float64)
+  lse = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+  nll = lse[:, :-1] - np.take_along_axis(logits[:, :-1], tokens[:, 1:, None], -1)[..., 0]
+  w = target[:, 1:]
+  hit = logits[:, :-1].argmax(-1) == tokens[:, 1:]
+  np.testing.assert_allclose(float(loss), (nll * w).sum() / w.sum(), rtol=1e-4)
+  np.testing.assert_allclose(float(acc), (hit * w).sum() / w.sum(), rtol=1e-6)
+
+
+def test_short_pretraining_writes_a_base_that_loads_with_identical_logits(
+    tmp_path, tok, construction):
+  mc = QwenConfig.preset('tiny-sp4k', attn_implementation='sdpa')
+  cfg = small_config()
+  lines = []
+  params, probe = pt.pretrain(mc, cfg, construction[:60], tok, log=lines.append)
+  assert len(lines) == 3 and set(probe) == {'span_copy_accuracy', 'id_copy_accuracy',
+                                            'text_loss'}
+  out = tmp_path / 'base'
+  pt.write_base(mc, params, paths.packaged_tokenizer(), str(out), {'steps': 3})
+  assert {'config.json', 'model.safetensors', 'tokenizer.model',
+          'pretrain_info.json'} <= set(os.listdir(out))
+  loaded_cfg, loaded = hf_io.load_hf_checkpoint(str(out), dtype='float32')
+  assert loaded_cfg.num_hidden_layers == mc.num_hidden_layers
+  assert loaded_cfg.vocab_size == mc.vocab_size
+  ids = jnp.asarray([tok.encode('Paris: Paris is the capital of France.')])
+  f32 = QwenConfig.preset('tiny-sp4k', dtype='float32')
+  stored = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16).astype(jnp.float32),
+                                  params)  # the folder stores bfloat16
+  want = qwen.Qwen(f32).apply({'params': stored}, ids)
+  got = qwen.Qwen(loaded_cfg.replace(dtype='float32')).apply({'params': loaded}, ids)
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  assert tokenization.load_tokenizer(str(out / 'tokenizer.model')).encode('a "c2"') == \
+      tok.encode('a "c2"')
+
+
+def test_packaged_base_loads_and_copies(tok, rows):
+  base = paths.packaged_base()
+  mc, params = hf_io.load_hf_checkpoint(base, dtype='float32')
+  assert mc.vocab_size == tok.vocab_size
+  info = json.load(open(os.path.join(base, 'pretrain_info.json')))
+  assert 'stand_in' in info
+  probe_rows = pt.RowMaker(pt.build_corpus(
+      episodes.load_pools(hotpotqa.DataConfig(hotpotqa_dir=paths.hotpotqa_dir()))[0],
+      tok, info['pretrain']['probe_fraction'], info['pretrain']['seed']), small_config())
+  probe = pt.copy_probe(mc.replace(dtype='bfloat16', attn_implementation='sdpa'),
+                        params, probe_rows, n=32, seed=7)
+  assert probe['span_copy_accuracy'] >= 0.9, probe
+  assert probe['id_copy_accuracy'] >= 0.8, probe
+
+
+def test_config_errors_name_the_field():
+  with pytest.raises(ValueError, match='task_weights must sum to 1'):
+    small_config(task_weights=(0.5, 0.5, 0.5, 0.0, 0.0))
+  with pytest.raises(ValueError, match='copy_seq_len'):
+    small_config(copy_seq_len=40)
+  with pytest.raises(ValueError, match='pretrain builds the CPU stand-in'):
+    common.get_config('pretrain', 'paper')
+  c = common.get_config('pretrain')
+  c.pretrain.bogus = 1
+  with pytest.raises(ValueError, match=r"config.pretrain: unknown field\(s\) \['bogus'\]"):
+    pt.pretrain_config_from(c)
+
+
+@pytest.mark.slow
+def test_cli_pretrain_writes_the_base_and_refuses_bad_flags(tmp_path):
+  base = [sys.executable, 'experiments/run.py', '--config=pretrain.py',
+          f'--workdir={tmp_path}']
+  short = ['--config.pretrain.steps=2', '--config.pretrain.batch_size=2',
+           '--config.pretrain.probe_rows=2', '--config.pretrain.log_every=1']
+  r = subprocess.run(base + short, cwd=REPO, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert 'copy probe on held-out construction-pool paragraphs' in r.stdout
+  folder = tmp_path / 'pretrain' / 'base'
+  assert (folder / 'model.safetensors').exists()
+  assert len((tmp_path / 'pretrain' / 'metrics.jsonl').read_text().splitlines()) == 2
+  r = subprocess.run(base + ['--config.pretrain.learning_rate=-1'], cwd=REPO,
+                     capture_output=True, text=True, timeout=600)
+  assert r.returncode == 2 and 'config.pretrain: ' in r.stderr and 'learning_rate' in r.stderr
