@@ -110,8 +110,46 @@ def test_running_stats_init_update_reference():
   others = sum((1 - 0.99) * 0.99 ** (4 - i) * b.mean() for i, b in enumerate(batches))
   assert rs.get('Add')[0] == pytest.approx(w * init.mean() + others, rel=RTOL)
   assert not rs.is_initialized('Delete')
-  rs.update('Delete', [0.5])  # uninitialized: ignored
-  assert rs.get('Delete') is None
+  rs.update('Delete', [])  # no scores: nothing to learn from
+  assert rs.get('Delete') is None and rs.count('Delete') == 0
+
+
+def test_a_type_without_statistics_gets_them_from_its_first_update():
+  # Phase start: statistics for ∅ only (e.g. no dev transition of Retrieve was scored).
+  rs = A.RunningStats(decay=0.99)
+  rs.init_from({'Null': [0.5, 1.0]})
+  assert not rs.is_initialized('Retrieve')
+  # Update 1: three scored Retrieves, fewer than local_min_count (8): no statistics to
+  # normalize with, so A^local = 0; afterwards the type has the batch's moments.
+  out = A.compute_advantages(
+      group_ids=[0], trajectory_index=[0, 0, 0], ops=['Retrieve'] * 3,
+      accepted=[True] * 3, costs=[0.0] * 3, r_local=[0.25, 0.75, 1.0], r_global=[0.5],
+      config=CFG, running_stats=rs)
+  assert out.local_ops['Retrieve'].source == 'none'
+  np.testing.assert_array_equal(out.a_local, [0.0, 0.0, 0.0])
+  # By hand, in twelfths: 3, 9, 12 -> mean 8/12; squared deviations 25 + 1 + 16 = 42
+  # over 144, / 3 -> variance 14/144 = 7/72.
+  mean, std = rs.get('Retrieve')
+  assert mean == pytest.approx(2 / 3, rel=1e-12)
+  assert std ** 2 == pytest.approx(7 / 72, rel=1e-12)
+  assert rs.count('Retrieve') == 3
+  assert rs.get('Null') == (0.75, 0.25)  # untouched: no ∅ in the update
+  # Update 2: one Retrieve scored 0.5 is normalized with those statistics:
+  # (0.5 - 2/3) / (sqrt(7/72) + 1e-6) = -0.16667 / 0.311806 = -0.534521; then one EMA
+  # step:
+  # μ = 0.99 * 2/3 + 0.01 * 0.5 = 0.665,
+  # σ² = 0.99 * 7/72 + 0.99 * 0.01 * (0.5 - 2/3)² = 0.09625 + 0.000275 = 0.096525.
+  out = A.compute_advantages(
+      group_ids=[0], trajectory_index=[0], ops=['Retrieve'], accepted=[True],
+      costs=[0.0], r_local=[0.5], r_global=[0.5], config=CFG, running_stats=rs)
+  assert out.local_ops['Retrieve'].source == 'running'
+  assert out.a_local[0] == pytest.approx(-(1 / 6) / (math.sqrt(7 / 72) + 1e-6),
+                                         rel=1e-12)
+  assert out.a_local[0] == pytest.approx(-0.534521, abs=1e-6)
+  mean, std = rs.get('Retrieve')
+  assert mean == pytest.approx(0.665, rel=1e-12)
+  assert std ** 2 == pytest.approx(0.096525, rel=1e-12)
+  assert rs.count('Retrieve') == 4
 
 
 def test_running_stats_reset_serialize_and_errors():
@@ -267,17 +305,23 @@ def _ref_mode(mode, b, before, lam):
           'plus_global': l_g * a_glob - l_c * c}[mode]         # +Global
 
 
+def _random_case(rng, seed):
+  """A random batch (1-3 task groups), dev scores for Add / Delete / ∅ and (λ_l, λ_g,
+  λ_c): all 1 for seed 0, random otherwise."""
+  b = _batch(rng, n_traj=8 * (1 + seed % 3), groups=1 + seed % 3)
+  rs_init = {'Add': rng.uniform(size=16), 'Delete': rng.uniform(size=16),
+             'Null': rng.uniform(size=16)}
+  lam = (1.0, 1.0, 1.0) if seed == 0 else tuple(rng.uniform(0.1, 3.0, size=3))
+  return b, rs_init, lam
+
+
 @pytest.mark.parametrize('mode', A.MODES)
 def test_each_mode_matches_the_paper_definition_on_random_groups(mode):
   for seed in range(5):
-    rng = np.random.default_rng(100 + seed)
-    b = _batch(rng, n_traj=8 * (1 + seed % 3), groups=1 + seed % 3)
-    rs_init = {'Add': rng.uniform(size=16), 'Delete': rng.uniform(size=16),
-               'Null': rng.uniform(size=16)}
+    b, rs_init, lam = _random_case(np.random.default_rng(100 + seed), seed)
     rs = A.RunningStats()
     rs.init_from(rs_init)
     before = {op: rs.get(op) for op in rs_init}
-    lam = (1.0, 1.0, 1.0) if seed == 0 else tuple(rng.uniform(0.1, 3.0, size=3))
     cfg = A.AdvantageConfig(mode=mode, lambda_local=lam[0], lambda_global=lam[1],
                             lambda_constraint=lam[2])
     out = A.compute_advantages(**b, config=cfg, running_stats=rs)
@@ -349,3 +393,149 @@ def test_invalid_op_allowed_only_when_rejected():
   np.testing.assert_allclose(out.a_hier[0], out.a_global[0] - 1.0)
   with pytest.raises(ValueError, match="marked accepted"):
     A.compute_advantages(**base, accepted=[True, True])
+
+
+# ----------------------------------------------------------------- rejection preference
+
+
+def _ref_floor(a_hier, accepted, costs, lam_c):
+  """Rejection floor 'below_executable', loop by loop: each rejected value becomes
+  min(its value, lowest executable value - λ_c c); nothing changes without both."""
+  out = [float(x) for x in a_hier]
+  executable = [out[i] for i in range(len(out)) if accepted[i]]
+  if not executable or all(accepted):
+    return np.array(out)
+  lowest = min(executable)
+  for i in range(len(out)):
+    if not accepted[i]:
+      out[i] = min(out[i], lowest - lam_c * costs[i])
+  return np.array(out)
+
+
+def _ref_preference(a_hier, accepted):
+  rej = [a for a, ok in zip(a_hier, accepted) if not ok]
+  exe = [a for a, ok in zip(a_hier, accepted) if ok]
+  rej_mean = sum(rej) / len(rej) if rej else math.nan
+  exe_mean = sum(exe) / len(exe) if exe else math.nan
+  share = (sum(1 for a in exe if a < rej_mean) / len(exe)) if rej and exe else math.nan
+  return share, rej_mean, exe_mean
+
+
+# One update by hand (ε = 0 so the z-scores are exact): trajectories 0 and 1 of one
+# task with r^global 0.75 / 0.25 -> A^global +1 / -1; ∅ scored 1.0 and 0.5 (batch
+# statistics from 2 instances: μ 0.75, σ 0.25) -> A^local +1 / -1; one Retrieve without
+# statistics -> A^local 0; a Delete rejected for a missing id (c 0.5) and an
+# unparseable command (c 1.0).
+HAND = dict(group_ids=[0, 0], trajectory_index=[0, 1, 0, 1, 1],
+            ops=['Null', 'Null', 'Delete', 'Invalid', 'Retrieve'],
+            accepted=[True, True, False, False, True], costs=[0.0, 0.0, 0.5, 1.0, 0.0],
+            r_local=[1.0, 0.5, np.nan, np.nan, 0.5], r_global=[0.75, 0.25])
+HAND_CFG = dict(epsilon=0.0, local_min_count=2)
+# Eq. 5: [1+1, -1-1, 0+1-0.5, 0-1-1, 0-1]. The rejected Delete (0.5) is above two of
+# the three executable decisions; the rejected mean -0.75 is above -2 and -1.
+HAND_EQ5 = np.array([2.0, -2.0, 0.5, -2.0, -1.0])
+# Floor: lowest executable -2; Delete min(0.5, -2 - 0.5) = -2.5, Invalid min(-2, -3) = -3.
+HAND_FLOORED = np.array([2.0, -2.0, -2.5, -3.0, -1.0])
+
+
+def test_rejection_preference_hand_case():
+  p = A.rejection_preference([1.0, -2.0, 0.5, -1.0], [True, True, False, True])
+  assert p.rejected_mean == 0.5 and p.executable_mean == pytest.approx(-2 / 3)
+  assert p.share == pytest.approx(2 / 3)  # -2 and -1 below 0.5, 1.0 is not
+  # Ties are not "below"; empty sets give NaN.
+  assert A.rejection_preference([-1.0, -1.0], [True, False]).share == 0.0
+  for accepted in ([True, True], [False, False]):
+    p = A.rejection_preference([0.3, -0.2], accepted)
+    assert math.isnan(p.share)
+  assert math.isnan(A.rejection_preference([0.3], [True]).rejected_mean)
+  assert math.isnan(A.rejection_preference([0.3], [False]).executable_mean)
+  with pytest.raises(ValueError, match='equal length'):
+    A.rejection_preference([0.3, 0.1], [True])
+
+
+def test_eq5_and_the_rejection_floor_on_a_hand_computed_update():
+  eq5 = A.compute_advantages(**HAND, config=A.AdvantageConfig(**HAND_CFG),
+                             running_stats=A.RunningStats())
+  np.testing.assert_allclose(eq5.a_hier, HAND_EQ5, rtol=0, atol=1e-12)
+  m = eq5.metrics
+  assert m['advantage/rejection_preference_share'] == pytest.approx(2 / 3)
+  assert m['advantage/a_hier_rejected_mean'] == pytest.approx(-0.75)
+  assert m['advantage/a_hier_executable_mean'] == pytest.approx(-1 / 3)
+  assert m['advantage/num_rejections_floored'] == 0.0
+  out = A.compute_advantages(
+      **HAND, config=A.AdvantageConfig(**HAND_CFG, rejection_floor='below_executable'),
+      running_stats=A.RunningStats())
+  np.testing.assert_allclose(out.a_hier, HAND_FLOORED, rtol=0, atol=1e-12)
+  # Only A^hier moves: A^local, A^global and the costs stay Eq. 5's.
+  np.testing.assert_array_equal(out.a_local, eq5.a_local)
+  np.testing.assert_array_equal(out.a_global, eq5.a_global)
+  m = out.metrics
+  assert m['advantage/rejection_preference_share'] == 0.0
+  assert m['advantage/a_hier_rejected_mean'] == pytest.approx(-2.75)
+  assert m['advantage/a_hier_executable_mean'] == pytest.approx(-1 / 3)
+  assert m['advantage/num_rejections_floored'] == 2.0
+
+
+def test_rejection_floor_keeps_lower_values_and_an_all_rejected_update():
+  # noVerify, r^task 1 / 0 -> A^task +1 / -1 (ε = 0). Eq. 5-style values: ∅ +1, a
+  # rejected Filter (c 0.5) -1.5, an unparseable command (c 1) -2. The floor would be
+  # 1 - 0.5 = 0.5 and 1 - 1 = 0: both rejections are already lower and stay.
+  base = dict(group_ids=[0, 0], trajectory_index=[0, 1, 1],
+              ops=['Null', 'Filter', 'Invalid'], costs=[0.0, 0.5, 1.0],
+              r_local=[np.nan] * 3, r_task=[1.0, 0.0])
+  cfg = A.AdvantageConfig(mode='no_verify', epsilon=0.0,
+                          rejection_floor='below_executable')
+  out = A.compute_advantages(**base, accepted=[True, False, False], config=cfg)
+  np.testing.assert_allclose(out.a_hier, [1.0, -1.5, -2.0], rtol=0, atol=1e-12)
+  assert out.metrics['advantage/num_rejections_floored'] == 0.0
+  assert out.metrics['advantage/rejection_preference_share'] == 0.0
+  # Every decision rejected: nothing to rank against, each keeps A^task - c
+  # (∅ cannot be rejected; here a third rejected Filter stands in its place).
+  out = A.compute_advantages(**dict(base, ops=['Filter', 'Filter', 'Invalid'],
+                                    costs=[0.5, 0.5, 1.0]),
+                             accepted=[False] * 3, config=cfg)
+  np.testing.assert_allclose(out.a_hier, [0.5, -1.5, -2.0], rtol=0, atol=1e-12)
+  m = out.metrics
+  assert m['advantage/num_rejections_floored'] == 0.0
+  assert m['advantage/a_hier_rejected_mean'] == pytest.approx(-1.0)
+  # Undefined diagnostics are absent, not NaN (metrics.jsonl stays valid JSON).
+  assert 'advantage/rejection_preference_share' not in m
+  assert 'advantage/a_hier_executable_mean' not in m
+
+
+@pytest.mark.parametrize('mode', A.MODES)
+def test_rejection_floor_in_every_mode_matches_the_reference_and_zeroes_the_share(mode):
+  for seed in range(5):
+    b, rs_init, lam = _random_case(np.random.default_rng(200 + seed), seed)
+    outs = {}
+    for floor in A.REJECTION_FLOORS:
+      rs = A.RunningStats()
+      rs.init_from(rs_init)
+      before = {op: rs.get(op) for op in rs_init}
+      cfg = A.AdvantageConfig(mode=mode, lambda_local=lam[0], lambda_global=lam[1],
+                              lambda_constraint=lam[2], rejection_floor=floor)
+      outs[floor] = A.compute_advantages(**b, config=cfg, running_stats=rs)
+    eq5 = _ref_mode(mode, b, before, lam)
+    np.testing.assert_allclose(outs['none'].a_hier, eq5, rtol=RTOL, atol=1e-12)
+    floored = _ref_floor(eq5, b['accepted'], b['costs'], lam[2])
+    out = outs['below_executable']
+    np.testing.assert_allclose(out.a_hier, floored, rtol=RTOL, atol=1e-12)
+    acc = b['accepted']
+    assert (~acc).any() and acc.any()
+    # Every rejection (cost 0.5 or 1 here) strictly below every executable command.
+    assert out.a_hier[~acc].max() < out.a_hier[acc].min()
+    assert out.metrics['advantage/rejection_preference_share'] == 0.0
+    assert out.metrics['advantage/num_rejections_floored'] == float(
+        np.sum(floored != eq5))
+    for floor, o in outs.items():
+      share, rej_mean, exe_mean = _ref_preference(list(o.a_hier), list(acc))
+      m = o.metrics
+      assert m['advantage/rejection_preference_share'] == pytest.approx(share)
+      assert m['advantage/a_hier_rejected_mean'] == pytest.approx(rej_mean)
+      assert m['advantage/a_hier_executable_mean'] == pytest.approx(exe_mean)
+
+
+def test_rejection_floor_value_is_checked():
+  with pytest.raises(ValueError, match="rejection_floor='always'.*'below_executable'"):
+    A.AdvantageConfig(rejection_floor='always')
+  assert A.AdvantageConfig().rejection_floor == 'none'  # the paper's Eq. 5

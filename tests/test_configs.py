@@ -4,6 +4,7 @@ import importlib
 import json
 import os
 
+import numpy as np
 import pytest
 
 from experiments.configs import common
@@ -16,6 +17,7 @@ from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import config as memory_config
 from vermem_jax.rl import advantages
 from vermem_jax.rl import rewards
+from vermem_jax.verifiers import base as verifier_base
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
 # A minimal Hugging Face Qwen2 config.json (what model.hf_checkpoint folders hold).
@@ -54,7 +56,8 @@ SPEC_VALUES = [
     ('advantage.running_stats_decay', 0.99), ('advantage.running_stats_init_count', 128),
     ('advantage.lambda_local', 1.0), ('advantage.lambda_global', 1.0),
     ('advantage.lambda_constraint', 1.0),
-    ('advantage.mode', 'full'),
+    ('advantage.mode', 'full'), ('advantage.rejection_floor', 'none'),     # Eq. 5
+    ('verifier.fallback', 'skip'),                                              # §5
     ('rl.learning_rate', 1e-6), ('rl.clip_epsilon', 0.2), ('rl.kl_beta', 0.1),
     ('rl.kl_estimator', 'exact'), ('rl.max_grad_norm', 1.0), ('rl.entropy_coef', 0.0),
     ('eval.budgets', (1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000)),  # §7
@@ -106,12 +109,15 @@ def test_tiny_scale_defaults_run_anywhere(phase, data_dir):
   if phase != 'sft':
     assert c.rl.tasks_per_update * c.rl.rollouts_per_task <= 8
     assert 1 <= c.rl.num_updates <= 5
-  # Formulas are SPEC's at any scale: the dev-transition count and the batch count for
-  # batch statistics shrink with the batch, and σ's floor is coarser (tiny.py says why).
+  # The dev-transition count and the batch count for batch statistics shrink with the
+  # batch, σ's floor is coarser, and rejections are floored below the executable
+  # commands (ours, not Eq. 5); the rest is SPEC's (tiny.py says why).
   tiny_adv, paper_adv = c.advantage.to_dict(), _paper(phase).advantage.to_dict()
   for field in ('running_stats_init_count', 'local_min_count'):
     assert 1 <= tiny_adv.pop(field) <= paper_adv.pop(field)
   assert tiny_adv.pop('std_floor') >= paper_adv.pop('std_floor')
+  assert (tiny_adv.pop('rejection_floor'),
+          paper_adv.pop('rejection_floor')) == ('below_executable', 'none')
   assert tiny_adv == paper_adv
   assert (c.rl.clip_epsilon, c.rl.kl_beta, c.sampling.temperature) == (0.2, 0.1, 0.7)
 
@@ -146,6 +152,9 @@ def test_bad_scale_argument():
     ('reward.delta', 1.5, 'config.reward:'),
     ('rl.rollouts_per_task', 1, 'config.rl.rollouts_per_task: K=1'),
     ('advantage.mode', 'other', 'config.advantage: AdvantageConfig.mode'),
+    ('advantage.rejection_floor', 'always',
+     "config.advantage: AdvantageConfig.rejection_floor='always'; expected one of "
+     r"\('none', 'below_executable'\)"),
     ('rl.kl_estimator', 'k2', 'config.rl.kl_estimator'),
     ('sampling.top_p', 0.0, 'config.sampling.top_p'),
     ('advantage.running_stats_decay', 1.0, 'config.advantage.running_stats_decay'),
@@ -266,7 +275,31 @@ def test_library_configs_hold_spec_defaults():
     assert built['env'].rollout_limit == built['episodes'].rollout_limit
   tiny = library.library_configs(common.get_config('phase_b'))
   assert tiny['verifier'].backend == 'heuristic'
+  assert tiny['advantage'].rejection_floor == 'below_executable'  # ours (tiny.py)
   assert tiny['episodes'].context_budget == tiny['memory'].context_budget
+
+
+@pytest.mark.parametrize('phase', ('phase_a', 'phase_b', 'phase_c'))
+def test_paper_config_is_eq5_exactly_and_skips_failed_verifier_calls(phase):
+  """SPEC §5-6: A^hier = A^local + A^global - c (A^local = 0 for a rejection), no
+  rejection floor; a failed verifier call gives no score ('skip'), also the dataclass
+  default for code that builds VerifierConfig itself."""
+  built = library.library_configs(_paper(phase))
+  cfg = built['advantage']
+  assert (cfg.mode, cfg.lambda_local, cfg.lambda_global, cfg.lambda_constraint,
+          cfg.rejection_floor) == ('full', 1.0, 1.0, 1.0, 'none')
+  assert built['verifier'].fallback == 'skip'
+  assert verifier_base.VerifierConfig().fallback == 'skip'
+  # The issue-22 update shape by hand (ε = 0, batch statistics from 2 instances): ∅
+  # scored 1.0 / 0.5 -> A^local +1 / -1; A^global +1 / -1 (r^global 0.75 / 0.25); a
+  # rejected Delete (c 0.5) keeps A^global - c = 0.5, above the executable ∅ at -2.
+  cfg = dataclasses.replace(cfg, epsilon=0.0, local_min_count=2)
+  out = advantages.compute_advantages(
+      group_ids=[0, 0], trajectory_index=[0, 1, 0], ops=['Null', 'Null', 'Delete'],
+      accepted=[True, True, False], costs=[0.0, 0.0, 0.5], r_local=[1.0, 0.5, np.nan],
+      r_global=[0.75, 0.25], config=cfg, running_stats=advantages.RunningStats())
+  np.testing.assert_allclose(out.a_hier, [2.0, -2.0, 0.5], rtol=0, atol=1e-12)
+  assert out.metrics['advantage/rejection_preference_share'] == 0.5
 
 
 def test_model_config_from_preset_or_hf_folder(tmp_path):
@@ -571,7 +604,6 @@ def test_issue11_fields_defaults_mirrors_and_errors():
   s = _paper('sft').sft
   assert s.loss_reduction == 'sequence' and s.lr_schedule == 'linear'
   assert common.get_config('sft').sft.loss_reduction == 'sqrt'  # tiny
-  assert _paper('phase_b').reward.unscored_global_value == 0.5
   assert _paper('phase_b').verifier.global_history_tokens == 4096
   c = _parse_flags('phase_b.py', '--config.rl.num_iterations=2',
                    '--config.rl.loss_temperature=1.0')

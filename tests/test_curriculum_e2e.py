@@ -150,6 +150,17 @@ def test_rl_phase_metric_files(workdir):
     assert {(r['task'], r['rollout']) for r in adv_rows} == {(0, 0), (0, 1), (1, 0),
                                                              (1, 1)}
     assert row['monitor/point'] == 0.0  # the batch collected before the first update
+    # The tiny config floors rejections below the executable commands (tiny.py): the
+    # logged rejection-preference share is 0 wherever it is defined.
+    rejected = [r['A_hier'] for r in adv_rows if not r['accepted']]
+    executable = [r['A_hier'] for r in adv_rows if r['accepted']]
+    assert 'advantage/num_rejections_floored' in row
+    assert ('advantage/rejection_preference_share' in row) == bool(rejected and executable)
+    if rejected and executable:
+      assert row['advantage/rejection_preference_share'] == 0.0
+      assert max(rejected) < min(executable)
+      assert row['advantage/a_hier_rejected_mean'] == pytest.approx(
+          sum(rejected) / len(rejected))
 
 
 def test_reference_policy_is_previous_phase_params(workdir):

@@ -1,6 +1,7 @@
 """Executes experiments/notebooks/advantage_statistics.ipynb with nbclient on the tiny
 curriculum's workdir (tests/test_curriculum_e2e.py, run once per pytest process)."""
 import os
+import re
 
 import nbclient
 import nbformat
@@ -11,7 +12,8 @@ from vermem_jax.train import metrics as metrics_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(REPO, 'experiments', 'notebooks', 'advantage_statistics.ipynb')
-FIGURES = ('advantages_by_operation', 'rejected_share', 'monitors')
+FIGURES = ('advantages_by_operation', 'rejected_share', 'monitors',
+           'rejection_preference')
 PNG_SIGNATURE = b'\x89PNG\r\n\x1a\n'
 
 
@@ -90,3 +92,9 @@ def test_notebook_on_a_default_run_shows_operations_and_moving_monitors(tmp_path
     assert f'{phase}: monitor/m_all first' in text
   for name in FIGURES:
     assert (tmp_path / 'figures' / f'{name}.png').exists(), name
+  # Rejection preference recomputed from advantages.jsonl (these logs predate the
+  # logged share: '-'). Phase B's update 1, from the file: the 4 executable decisions
+  # at A^hier -5.0, the 12 rejected at 8 x -1.0 and 4 x -0.5 -> mean -0.833, all 4
+  # executable below it; update 2 has no executable decision (NaN).
+  assert re.search(r'phase_b +1 +-0\.833 +-5\.000 +1\.00 +-\n', text), text
+  assert re.search(r'phase_b +2 +-0\.625 +nan +nan +-\n', text), text

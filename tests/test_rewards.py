@@ -150,3 +150,24 @@ def test_config_delta_is_used():
                       v_state=[0, 0], num_tokens=[1, 2], num_task_steps=[1, 1],
                       num_tool_calls=[0, 0], config=R.RewardConfig(delta=0.7))
   np.testing.assert_array_equal(g.r_eff, [0.0, 0.0])
+
+
+def test_unscored_global_verifier_terms_are_left_out_of_r_global():
+  # SPEC §5 decision (fallback 'skip'): rollout 1 has no global score. By hand, δ 0.5,
+  # online costs all equal (C̄ 0, r^eff = 1 where r^task >= 0.5):
+  #   rollout 0: r^evid (0.5 + 0.75)/2 = 0.625, r^global (1 + 0.625 + 0.25 + 1)/4
+  #              = 0.71875
+  #   rollout 1: r^evid = r^sup = 0.5, no r^state, r^global (0.5 + 0.5 + 1)/3 = 2/3
+  #   rollout 2: r^task 0, r^evid = r^sup = 0, r^global (0 + 0 + 0)/3 = 0
+  g = R.group_rewards(r_task_values=[1.0, 0.5, 0.0], r_sup_values=[0.5, 0.5, 0.0],
+                      v_coh=[0.75, np.nan, np.nan], v_state=[0.25, np.nan, np.nan],
+                      num_tokens=[3, 3, 3], num_task_steps=[1, 1, 1],
+                      num_tool_calls=[0, 0, 0])
+  np.testing.assert_allclose(g.r_evid, [0.625, 0.5, 0.0], rtol=0, atol=1e-15)
+  np.testing.assert_allclose(g.r_global, [0.71875, 2 / 3, 0.0], rtol=1e-15, atol=1e-15)
+  assert g.r_state[0] == 0.25 and np.isnan(g.r_state[1:]).all()
+  # A made-up midpoint would have given rollout 1 (0.5 + 0.5 + 0.5 + 1)/4 = 0.625.
+  with pytest.raises(ValueError, match="r_sup"):
+    R.group_rewards(r_task_values=[0.5], r_sup_values=[np.nan], v_coh=[np.nan],
+                    v_state=[np.nan], num_tokens=[1], num_task_steps=[1],
+                    num_tool_calls=[0])

@@ -102,15 +102,16 @@ class CountingGenerate:
 
 
 def _collect(specs, policy, tok, oracle, *, seed=0, stats=None, budget=SMALL_BUDGET,
-             limit=SMALL_LIMIT, rollouts_per_task=K):
+             limit=SMALL_LIMIT, rollouts_per_task=K, verifier=None,
+             advantage_config=adv.AdvantageConfig()):
   return rollout.collect_update(
-      specs, policy, oracle, make_verifier({"backend": "heuristic"}),
+      specs, policy, oracle, verifier or make_verifier({"backend": "heuristic"}),
       rng=jax.random.PRNGKey(seed), count_tokens=tok.count_tokens,
       rollouts_per_task=rollouts_per_task,
       running_stats=stats if stats is not None else adv.RunningStats(),
       executor_config=ExecutorConfig(phase="B", context_budget=budget,
                                      policy_input_limit=limit),
-      phase="phase_b", update=1)
+      advantage_config=advantage_config, phase="phase_b", update=1)
 
 
 def _counted_policy(config, params, tok, rows):
@@ -353,6 +354,36 @@ def test_scripted_local_advantages_use_running_stats(scripted):
   assert scripted["stats"].get("Null")[1] == pytest.approx(np.sqrt(second - new_mean ** 2))
 
 
+def test_rejection_preference_is_logged_and_the_floor_zeroes_it(scripted, tok, oracle):
+  """The update's metrics (what rl_phase writes to metrics.jsonl) carry the rejection-
+  preference diagnostics of the A^hier the learner gets, with and without the floor."""
+  specs = scripted["specs"]
+  stats = scripted["before"]
+  outs = {}
+  for floor in adv.REJECTION_FLOORS:
+    res = _collect(specs, Scripted(specs), tok, oracle, stats=copy.deepcopy(stats),
+                   budget=1024, limit=2048,
+                   advantage_config=adv.AdvantageConfig(rejection_floor=floor))
+    a = np.array([d.a_hier for d in res.decisions])
+    acc = np.array([d.accepted for d in res.decisions])
+    assert acc.any() and (~acc).any()
+    m = res.metrics
+    assert m["advantage/a_hier_rejected_mean"] == pytest.approx(a[~acc].mean())
+    assert m["advantage/a_hier_executable_mean"] == pytest.approx(a[acc].mean())
+    assert m["advantage/rejection_preference_share"] == pytest.approx(
+        np.mean(a[acc] < a[~acc].mean()))
+    outs[floor] = res
+  floored = outs["below_executable"]
+  a = np.array([d.a_hier for d in floored.decisions])
+  acc = np.array([d.accepted for d in floored.decisions])
+  assert a[~acc].max() < a[acc].min()
+  assert floored.metrics["advantage/rejection_preference_share"] == 0.0
+  # Executable decisions keep Eq. 5's values; only rejections move, never up.
+  eq5 = np.array([d.a_hier for d in outs["none"].decisions])
+  np.testing.assert_array_equal(a[acc], eq5[acc])
+  assert np.all(a[~acc] <= eq5[~acc])
+
+
 def test_rejected_tool_calls_are_not_online_cost_calls(scripted, tok, oracle):
   """A rejected known tool costs in P_aux but is no executed call of the online cost
   (App. F.3); it is reported apart."""
@@ -395,12 +426,8 @@ def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, 
   monkeypatch.setattr(verifier, "score_local", local)
   monkeypatch.setattr(verifier, "score_global", glob)
   specs = scripted["specs"]
-  res = rollout.collect_update(
-      specs, Scripted(specs), oracle, verifier, rng=jax.random.PRNGKey(0),
-      count_tokens=tok.count_tokens, rollouts_per_task=K,
-      running_stats=adv.RunningStats(),
-      executor_config=ExecutorConfig(phase="B", context_budget=1024,
-                                     policy_input_limit=2048))
+  res = _collect(specs, Scripted(specs), tok, oracle, budget=1024, limit=2048,
+                 verifier=verifier)
   assert len(seen["local"]) == res.num_decisions  # one batched call for the update
   assert len(seen["global"]) == len(res.trajectories)
   for g, t in zip(seen["global"], res.trajectories):
@@ -429,6 +456,43 @@ def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, 
     assert d.record.transition.command == again.command
   bad = [inp for inp, d in zip(seen["local"], res.decisions) if d.op == "Invalid"]
   assert bad and all(not i.accepted and i.arguments == {} for i in bad)
+
+
+def test_skipped_verifier_calls_give_no_score(scripted, monkeypatch, tok, oracle):
+  """Fallback 'skip' (SPEC §5 decision): an unscored decision gets A^local = 0 and an
+  unscored trajectory's verifier terms are left out of r^global, both counted."""
+  verifier = make_verifier({"backend": "heuristic"})
+  orig_local = verifier.score_local
+  unscored = []
+
+  def local(inputs):  # the first executable decision's call failed
+    out = orig_local(inputs)
+    unscored.append(next(i for i, x in enumerate(inputs) if x.accepted))
+    out[unscored[0]] = None
+    return out
+
+  monkeypatch.setattr(verifier, "score_local", local)
+  monkeypatch.setattr(verifier, "score_global", lambda inputs: [None] * len(inputs))
+  specs = scripted["specs"]
+  res = _collect(specs, Scripted(specs), tok, oracle, budget=1024, limit=2048,
+                 verifier=verifier)
+  d = res.decisions[unscored[0]]
+  assert d.accepted and d.r_local is None and d.a_local == 0.0
+  assert res.metrics["advantage/num_accepted_unscored"] == 1.0
+  assert res.metrics["rollout/global_unscored"] == len(res.trajectories)
+  for t in res.trajectories:
+    r = t.rewards
+    assert np.isnan(r.v_coh) and np.isnan(r.v_state) and np.isnan(r.r_state)
+    assert r.r_evid == r.r_sup
+    assert r.r_global == pytest.approx((r.r_task + r.r_sup + r.r_eff) / 3)
+  # A^global normalizes those values within each task's K rollouts.
+  r_global = np.array([t.rewards.r_global for t in res.trajectories])
+  for q in range(len(specs)):
+    g = r_global[q * K:(q + 1) * K]
+    expect = ((g - g.mean()) / (max(g.std(), 0.01) + 1e-6) if g.std() > 0
+              else np.zeros(K))
+    np.testing.assert_allclose([t.a_global for t in res.trajectories[q * K:(q + 1) * K]],
+                               np.clip(expect, -5, 5), rtol=1e-6)
 
 
 class FailingGenerate:

@@ -88,6 +88,38 @@ def test_rl_summary_block(tmp_path):
   assert f'VERMEM_WORKDIR={tmp_path} jupyter nbconvert' in text
 
 
+def test_rl_summary_shows_the_rejection_preference(tmp_path):
+  phase_dir = tmp_path / 'phase_b'
+  rows = _rl_rows(4)
+  # Update 1 has no rejected decision (keys absent), 2 prefers rejections, 3-4 do not.
+  for row, share, rej, exe in ((rows[1], 0.75, -0.5, -1.25), (rows[2], 0.0, -3.0, 0.5),
+                               (rows[3], 0.0, -2.0, 0.25)):
+    row.update({'advantage/rejection_preference_share': share,
+                'advantage/a_hier_rejected_mean': rej,
+                'advantage/a_hier_executable_mean': exe})
+  rows[0]['advantage/a_hier_executable_mean'] = 0.0
+  with metrics_lib.MetricsWriter(str(phase_dir), tensorboard=False) as w:
+    for row in rows:
+      w.write(row.pop('step'), row)
+  lines = summaries.phase_summary('phase_b', {'step': 4}, str(phase_dir)).splitlines()
+
+  def row(label):
+    return next(l for l in lines if l.strip().startswith(label)).split()[-2:]
+  # Windows of 2 updates: the first window's share is update 2's alone (update 1 has
+  # none), its executable mean (0 + -1.25) / 2.
+  assert row('executable below rejected') == ['0.750', '0.000']
+  assert row('A^hier, rejected (mean)') == ['-0.500', '-2.500']
+  assert row('A^hier, executable (mean)') == ['-0.625', '0.375']
+  assert any("below the rejected ones' mean" in l for l in lines)
+  # A run that never logged them (older logs) shows '-'.
+  other = tmp_path / 'phase_a'
+  with metrics_lib.MetricsWriter(str(other), tensorboard=False) as w:
+    for r in _rl_rows(2):
+      w.write(r.pop('step'), r)
+  lines = summaries.phase_summary('phase_a', {'step': 2}, str(other)).splitlines()
+  assert row('executable below rejected') == ['-', '-']
+
+
 def test_sft_summary_block(tmp_path):
   result = {'step': 120, 'total_steps': 120, 'num_train': 768, 'num_dev': 64,
             'best_step': 120, 'best_tool_accuracy': 0.5, 'tool_accuracy': 0.5,

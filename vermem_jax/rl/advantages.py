@@ -16,13 +16,16 @@ Normalization conventions (decisions, documented once here):
   * Local statistics per operation type v (the seven tools and ∅ separately): the current
     update batch when it holds at least `local_min_count` (8) scored instances of v,
     otherwise the phase `RunningStats` for v; if v has no running statistics either, its
-    A^local is 0 and the op is reported with source 'none'.
+    A^local is 0 and the op is reported with source 'none' (and the update below then
+    initializes v's statistics from this batch's moments).
   * Running statistics are consulted BEFORE they see the current batch. After the
     advantages of the batch are computed, `compute_advantages` (when
     `update_running_stats=True`) takes ONE EMA step per operation type v that has
     scored executable decisions in the update, from that update's moments of v
     (`RunningStats.update`): with batch mean m_b and population variance s_b²,
       μ ← d μ + (1-d) m_b,   E[x²] ← d E[x²] + (1-d)(s_b² + m_b²),   σ² = E[x²] - μ².
+    A type without statistics (no dev transitions at phase start) starts from its
+    first update's moments: μ = m_b, σ² = s_b² (`RunningStats.update`).
     So a type's dev initialization fades as d^(updates in which v occurred), whatever
     the number of instances per update (decision: SPEC §6 gives the decay 0.99 but not
     its unit; one step per update keeps frequent and rare types on one clock, where a
@@ -44,6 +47,36 @@ like A^global.
 λ_g weights the trajectory-level term, A^task or A^global (decision; all λ are 1 in the
 paper). The earlier names 'local_only' (A^local - c, no trajectory term: no paper row)
 and 'global_only' are refused with a message naming these.
+
+Rejection preference (ours, not the paper's; SPEC §6 note). A rejected command gets
+A^local = 0, so its A^hier is the trajectory term - λ_c c with c <= 1, while an
+executable command scored more than c standard deviations below its type's mean gets a
+lower A^hier: the update then prefers the rejection. Per update, with R the rejected
+and E the executable (accepted, ∅ included) decisions (`rejection_preference`):
+  share      = |{e ∈ E : A^hier_e < mean_{r ∈ R} A^hier_r}| / |E|
+  mean A^hier over R, and over E.
+Convention: a quantity over an empty set is NaN in the function and absent from the
+update's metrics (an update with no rejected decision has no share and no rejected
+mean; one with no executable decision no share and no executable mean).
+
+`AdvantageConfig.rejection_floor` (ours, not the paper's; the paper config keeps Eq. 5
+with 'none'):
+  'none'              A^hier as the mode's formula gives it (Eq. 5 in mode 'full').
+  'below_executable'  after the mode's formula, every rejected decision r of the update
+                      gets  A^hier_r <- min(A^hier_r, min_{e ∈ E} A^hier_e - λ_c c_r)
+                      (`floor_rejections`), in every mode: a rejection is then below
+                      every executable command of its update, by at least its weighted
+                      cost (strictly when λ_c c_r > 0; a zero-cost rejection ties the
+                      lowest executable one, never above), a value Eq. 5 already puts
+                      lower stays, and among floored rejections the costlier is lower.
+                      An update whose decisions are all rejected has nothing to rank
+                      against: each keeps the mode's value (trajectory term - λ_c c).
+  The share above is computed on the final A^hier, so with 'below_executable' it is 0.
+  Why an update-wide floor rather than a fixed A^local for rejections (e.g. the clip
+  floor -5) or costs scaled to the advantage range: only a floor taken from the update's
+  own executable values guarantees the ordering, because A^global (or A^task) differs
+  between rollouts and an executable command may sit at A^local = -5 in a rollout whose
+  trajectory term is lower than the rejected one's.
 
 The running statistics themselves are rl/running_stats.py (`RunningStats`, re-exported
 here). Pure NumPy (float64), no JAX: this runs once per update on host.
@@ -69,6 +102,8 @@ RunningStats = running_stats_lib.RunningStats
 _check_op = running_stats_lib.check_op
 
 MODES = ('full', 'no_verify', 'plus_local', 'plus_global')
+# AdvantageConfig.rejection_floor values (module docstring; 'none' = the paper's Eq. 5).
+REJECTION_FLOORS = ('none', 'below_executable')
 # Modes whose A^hier uses A^local (and so need RunningStats), and those using A^task.
 LOCAL_MODES = ('full', 'plus_local')
 TASK_MODES = ('no_verify', 'plus_local')
@@ -110,6 +145,9 @@ class AdvantageConfig:
     running_stats_init_count: executable dev transitions per enabled op type used to
       initialize the running statistics at phase start (Appendix F.4: 128). Read by the
       trainer that draws them; `RunningStats.init_from` accepts any non-empty sample.
+    rejection_floor: 'none' (the paper's Eq. 5) or 'below_executable' (ours, not the
+      paper's: every rejected decision below every executable one of its update, in
+      every mode; module docstring, `floor_rejections`).
   """
   mode: str = 'full'
   lambda_local: float = 1.0  # SPEC §6, Eq. 5.
@@ -121,9 +159,15 @@ class AdvantageConfig:
   local_min_count: int = 8  # SPEC §6, App. F.4.
   running_stats_decay: float = running_stats_lib.DEFAULT_DECAY  # SPEC §6, App. F.4.
   running_stats_init_count: int = 128  # SPEC §6, App. F.4.
+  rejection_floor: str = 'none'  # Eq. 5 as in the paper (module docstring).
 
   def __post_init__(self):
     check_mode(self.mode)
+    if self.rejection_floor not in REJECTION_FLOORS:
+      raise ValueError(
+          f"AdvantageConfig.rejection_floor={self.rejection_floor!r}; expected one of "
+          f"{REJECTION_FLOORS}: 'none' keeps the paper's Eq. 5, 'below_executable' puts "
+          "every rejected decision below every executable one of its update (ours)")
     if not self.std_floor >= 0 or not self.epsilon >= 0:
       raise ValueError("AdvantageConfig.std_floor and epsilon must be >= 0")
     if self.std_floor + self.epsilon <= 0:
@@ -280,13 +324,84 @@ def a_hier_plus_global(a_global, costs, config: AdvantageConfig) -> np.ndarray:
           - config.lambda_constraint * np.asarray(costs, np.float64))
 
 
+def floor_rejections(a_hier, accepted, costs,
+                     config: AdvantageConfig) -> tuple[np.ndarray, int]:
+  """Puts every rejected decision below every executable one of the update (ours).
+
+  A^hier_r <- min(A^hier_r, min_{e executable} A^hier_e - λ_c c_r) for each rejected r
+  (`rejection_floor='below_executable'`; module docstring). Not the paper's: Eq. 5 is
+  the mode's formula alone. With no executable decision the values are returned as
+  they are (nothing to rank against).
+
+  Args:
+    a_hier: [N] float A^hier of one update by the mode's formula.
+    accepted: [N] bool, False for rejected commands.
+    costs: [N] constraint costs c in [0, 1].
+    config: AdvantageConfig (λ_c = lambda_constraint).
+
+  Returns:
+    ([N] float64 A^hier, number of rejected decisions whose value was lowered).
+  """
+  a = np.array(a_hier, np.float64)
+  acc = np.asarray(accepted, bool)
+  if acc.all() or not acc.any():
+    return a, 0
+  floor = a[acc].min() - config.lambda_constraint * np.asarray(costs, np.float64)
+  lowered = ~acc & (floor < a)
+  a[lowered] = floor[lowered]
+  return a, int(lowered.sum())
+
+
+@dataclasses.dataclass(frozen=True)
+class RejectionPreference:
+  """Whether an update's A^hier prefers rejected commands (module docstring).
+
+  Attributes:
+    share: fraction of executable decisions whose A^hier is below the mean A^hier of
+      the rejected ones; NaN when the update has no rejected or no executable decision.
+    rejected_mean: mean A^hier of the rejected decisions (NaN when none).
+    executable_mean: mean A^hier of the executable decisions (NaN when none).
+  """
+  share: float
+  rejected_mean: float
+  executable_mean: float
+
+
+def rejection_preference(a_hier, accepted) -> RejectionPreference:
+  """Rejection-preference diagnostics of one update (SPEC §6 note; ours).
+
+  Args:
+    a_hier: [N] float A^hier of the update's decisions (the values the learner gets).
+    accepted: [N] bool, False for rejected commands.
+
+  Returns:
+    RejectionPreference (NaN for a quantity over an empty set).
+
+  Raises:
+    ValueError: if the arrays are not [N] of equal length.
+  """
+  a = np.asarray(a_hier, np.float64)
+  acc = np.asarray(accepted, bool)
+  if a.ndim != 1 or acc.shape != a.shape:
+    raise ValueError(f"a_hier and accepted must be [N] arrays of equal length, got "
+                     f"{a.shape} and {acc.shape}")
+  rejected, executable = a[~acc], a[acc]
+  rejected_mean = float(rejected.mean()) if rejected.size else math.nan
+  executable_mean = float(executable.mean()) if executable.size else math.nan
+  share = (float((executable < rejected_mean).mean())
+           if rejected.size and executable.size else math.nan)
+  return RejectionPreference(share=share, rejected_mean=rejected_mean,
+                             executable_mean=executable_mean)
+
+
 @dataclasses.dataclass(frozen=True)
 class Advantages:
   """Output of compute_advantages. Per-decision arrays are [N], per-trajectory [M].
 
   Attributes:
-    a_hier: [N] A^hier_{t,k} by mode (a_hier_* functions), the value every command
-      token of decision t gets.
+    a_hier: [N] A^hier_{t,k} by mode (a_hier_* functions), after the rejection floor
+      when config.rejection_floor says so: the value every command token of decision
+      t gets.
     a_local: [N] clipped A^local (0 for rejected/unscored decisions and in modes that do
       not use the local branch: 'no_verify', 'plus_global').
     a_global: [N] clipped A^global of each decision's trajectory (0 if r_global absent).
@@ -332,7 +447,10 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
     update_running_stats: fold this batch's scored decisions into running_stats.
 
   Returns:
-    Advantages.
+    Advantages; its metrics include the rejection-preference diagnostics
+    'advantage/rejection_preference_share', 'advantage/a_hier_rejected_mean',
+    'advantage/a_hier_executable_mean' (each absent when undefined) and
+    'advantage/num_rejections_floored' (module docstring).
 
   Raises:
     ValueError: on shape mismatches, unknown op names, out-of-range indices or values,
@@ -406,6 +524,10 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
     a_hier = a_hier_plus_global(a_global, c, config)
   else:  # no_verify
     a_hier = a_hier_no_verify(a_task, c, config)
+  num_floored = 0
+  if config.rejection_floor == 'below_executable':
+    a_hier, num_floored = floor_rejections(a_hier, acc, c, config)
+  preference = rejection_preference(a_hier, acc)
 
   if uses_local and update_running_stats:
     ops_arr = np.asarray(ops, object)
@@ -426,7 +548,14 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
       'advantage/a_global_mean': float(a_global.mean()) if n else 0.0,
       'advantage/a_task_mean': float(a_task.mean()) if n else 0.0,
       'advantage/cost_mean': float(c.mean()) if n else 0.0,
+      'advantage/num_rejections_floored': float(num_floored),
   }
+  # Absent when undefined (module docstring): no NaN in metrics.jsonl.
+  for key, value in (('advantage/rejection_preference_share', preference.share),
+                     ('advantage/a_hier_rejected_mean', preference.rejected_mean),
+                     ('advantage/a_hier_executable_mean', preference.executable_mean)):
+    if not math.isnan(value):
+      metrics[key] = value
   for op, s in local_ops.items():
     metrics[f'advantage/local_{op}_count'] = float(s.count)
     metrics[f'advantage/local_{op}_uses_batch'] = float(s.source == 'batch')

@@ -18,7 +18,11 @@ F.5, F.7):
   m_all            clip((R^local + r^global - P_aux)/2, 0, 1)     (Eq. 17, monitoring)
   m_ans            clip(r^task - P_aux, 0, 1)                     (Eq. 18, monitoring)
 
-`group_rewards` applies Eq. 13-15 to the K rollouts of one task at once.
+`group_rewards` applies Eq. 13-15 to the K rollouts of one task at once. A rollout the
+global verifier gave no score (fallback 'skip'; v^coh, v^state NaN) has its verifier
+terms left out of r^global (SPEC §5 decision): r^evid = r^sup, r^state = NaN and
+r^global = (r^task + r^evid + r^eff) / 3, never a made-up score that would enter the
+group normalization of A^global.
 
 Inputs are Python floats or NumPy arrays; outputs are float64 NumPy arrays (or Python
 floats for scalar formulas). Verifier scores v^coh, v^state and r^local are already
@@ -40,19 +44,12 @@ class RewardConfig:
 
   Attributes:
     delta: completion threshold δ of the efficiency gate in Eq. 15 (paper: 0.5).
-    unscored_global_value: v^coh and v^state of a trajectory the global verifier
-      returned no score for (fallback 'skip'); decision: the midpoint 0.5 of the
-      [0, 1] scale, so a missing score neither rewards nor punishes the trajectory
-      relative to an average one (counted in metrics as rollout/global_unscored).
   """
   delta: float = 0.5  # SPEC §5 / paper Eq. 15, Appendix F.3.
-  unscored_global_value: float = 0.5  # decision (docstring)
 
   def __post_init__(self):
-    for name in ('delta', 'unscored_global_value'):
-      if not 0.0 <= getattr(self, name) <= 1.0:
-        raise ValueError(f"RewardConfig.{name} must be in [0, 1], got "
-                         f"{getattr(self, name)}")
+    if not 0.0 <= self.delta <= 1.0:
+      raise ValueError(f"RewardConfig.delta must be in [0, 1], got {self.delta}")
 
 
 def _unit_interval(x, name: str) -> np.ndarray:
@@ -250,7 +247,8 @@ def r_global(r_task_value, r_evid_value, r_state_value, r_eff_value):
 
 @dataclasses.dataclass(frozen=True)
 class GroupRewards:
-  """Eq. 13-15 terms for the K rollouts of one task; every field is [K] float64."""
+  """Eq. 13-15 terms for the K rollouts of one task; every field is [K] float64
+  (r_state NaN for a rollout the global verifier gave no score, `group_rewards`)."""
   r_task: np.ndarray
   r_sup: np.ndarray
   r_evid: np.ndarray
@@ -268,16 +266,20 @@ def group_rewards(*, r_task_values, r_sup_values, v_coh, v_state, num_tokens,
   Args:
     r_task_values: [K] r^task per rollout (`r_task`).
     r_sup_values: [K] supporting-fact recall per rollout (`r_sup`).
-    v_coh: [K] global-verifier evidence coherence in [0, 1].
-    v_state: [K] global-verifier terminal-memory consistency in [0, 1].
+    v_coh: [K] global-verifier evidence coherence in [0, 1]; NaN where the global
+      verifier gave no score (fallback 'skip').
+    v_state: [K] global-verifier terminal-memory consistency in [0, 1]; NaN as v_coh.
     num_tokens, num_task_steps, num_tool_calls: [K] online cost components.
     config: RewardConfig.
 
   Returns:
-    GroupRewards with [K] arrays.
+    GroupRewards with [K] arrays. Where v^coh is NaN, r^evid = r^sup; where v^state is
+    NaN, r^state is NaN and r^global is the mean of the three other terms (SPEC §5
+    decision: an unscored rollout's verifier terms are left out of r^global).
 
   Raises:
-    ValueError: on shape mismatches or out-of-range values.
+    ValueError: on shape mismatches or out-of-range values (NaN allowed in v_coh and
+      v_state only).
   """
   rt = _unit_interval(r_task_values, "r_task")
   if rt.ndim != 1:
@@ -291,12 +293,17 @@ def group_rewards(*, r_task_values, r_sup_values, v_coh, v_state, num_tokens,
     if v.shape != (k,):
       raise ValueError(f"{n} must have shape ({k},), got {v.shape}")
   rs = _unit_interval(arrays["r_sup"], "r_sup")
-  evid = np.asarray(r_evid(rs, arrays["v_coh"]), np.float64)
-  state = np.asarray(r_state(arrays["v_state"]), np.float64)
+  coh_scored = ~np.isnan(arrays["v_coh"])
+  state_scored = ~np.isnan(arrays["v_state"])
+  evid = np.where(coh_scored, r_evid(rs, np.where(coh_scored, arrays["v_coh"], 0.0)),
+                  rs)
+  state = np.asarray(r_state(np.where(state_scored, arrays["v_state"], 0.0)), np.float64)
   cbar = online_cost(arrays["num_tokens"], arrays["num_task_steps"],
                      arrays["num_tool_calls"])
   eff = np.asarray(r_eff(rt, cbar, config.delta), np.float64)
-  glob = np.asarray(r_global(rt, evid, state, eff), np.float64)
+  glob = np.where(state_scored, r_global(rt, evid, state, eff),
+                  (rt + evid + eff) / 3.0)
+  state = np.where(state_scored, state, np.nan)
   return GroupRewards(r_task=rt, r_sup=rs, r_evid=evid, r_state=state,
                       c_bar_online=cbar, r_eff=eff, r_global=glob)
 

@@ -28,9 +28,11 @@ One update (`collect_update`):
      A^local per op type with the phase RunningStats (consulted before, then updated
      with this batch, per that module's documented rule), A^hier per decision.
 
-A missing global score (verifier fallback 'skip') counts as
-`reward.unscored_global_value` (decision: the midpoint 0.5) for v^coh and v^state,
-counted in `metrics['rollout/global_unscored']`. The online cost counts executed
+A missing global score (verifier fallback 'skip') leaves that rollout's verifier terms
+out of r^global (SPEC §5 decision; v^coh, v^state and r^state NaN,
+`rewards.group_rewards`), counted in `metrics['rollout/global_unscored']`; a missing
+local score gives that decision A^local = 0 (`advantage/num_accepted_unscored`), and
+both are counted in `verifier/fallback_skip`. The online cost counts executed
 non-null tool calls (EpisodeResult.tool_calls); rejected commands are not calls (their
 cost c_{t,k} is in P_aux) and are reported as `rollout/rejected_tool_calls`. The global
 verifier reads every decision of the trajectory (∅ included) with its outcome and the
@@ -200,10 +202,9 @@ def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
                              hotpotqa.supporting_unit_ids(res.spec.example))
                     for res in results], np.float64)
   unscored_global = sum(1 for g in global_scores if g is None)
-  unscored = reward_config.unscored_global_value
-  v_coh = np.array([g.v_coh if g is not None else unscored
+  v_coh = np.array([g.v_coh if g is not None else math.nan
                     for g in global_scores], np.float64)
-  v_state = np.array([g.v_state if g is not None else unscored
+  v_state = np.array([g.v_state if g is not None else math.nan
                       for g in global_scores], np.float64)
   tokens = np.array([res.online_tokens for res in results], np.float64)
   steps = np.array([res.task_steps for res in results], np.float64)

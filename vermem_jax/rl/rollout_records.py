@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -101,7 +102,9 @@ class TrajectoryRewards:
   """Reward terms of one trajectory τ_k (SPEC §5; Eq. 12-18). All floats in [0, 1].
 
   Attributes:
-    r_task, r_sup, v_coh, v_state, r_evid, r_state: Eq. 13-14 terms.
+    r_task, r_sup, v_coh, v_state, r_evid, r_state: Eq. 13-14 terms; v_coh, v_state and
+      r_state are NaN when the global verifier gave no score (fallback 'skip': left
+      out of r_global, rl.rewards.group_rewards).
     cost_tokens, cost_task_steps, cost_tool_calls: the three online-cost components
       min-max normalized within the task's K rollouts (App. F.3).
     c_bar_online: their mean C̄^online; r_eff = 1[r^task >= δ](1 - C̄); r_global (Eq. 13).
@@ -270,7 +273,9 @@ def update_metrics(decisions: Sequence[RolloutDecision],
   }
   for name in ('r_task', 'r_sup', 'r_evid', 'r_state', 'r_eff', 'r_global',
                'r_local_return', 'p_aux', 'm_all', 'm_ans'):
-    vals = [getattr(t.rewards, name) for t in trajectories]
+    # r_state is NaN for rollouts the global verifier did not score: mean of the rest.
+    vals = [v for v in (getattr(t.rewards, name) for t in trajectories)
+            if not math.isnan(v)]
     m[f'reward/{name}'] = float(np.mean(vals)) if vals else 0.0
   ops = collections.Counter(d.op for d in decisions)
   for op, c in sorted(ops.items()):

@@ -37,7 +37,11 @@ class RunningStats:
   update's scored instances of the type; rl/advantages.py docstring): m_b = mean, s_b² =
   population variance, then μ ← d μ + (1-d) m_b and E[x²] ← d E[x²] + (1-d)(s_b² +
   m_b²), i.e. σ² ← d σ² + (1-d) s_b² + d (1-d) (m_b - μ_old)² (the same recursion in
-  a form that cannot go negative through cancellation).
+  a form that cannot go negative through cancellation). An op without statistics
+  (none of its dev transitions at phase start) is initialized by its first non-empty
+  update instead: μ = m_b, σ² = s_b², count = n (decision: the EMA's weight on a
+  missing prior would be arbitrary; the batch's own moments are what `init_from` would
+  have set from that sample).
   """
 
   def __init__(self, decay: float = DEFAULT_DECAY):
@@ -68,7 +72,7 @@ class RunningStats:
     Args:
       scores_by_op: {op name: [n] r^local scores of executable dev transitions}, n >= 1
         (the paper uses 128 per type enabled in the phase). Ops absent stay
-        uninitialized.
+        uninitialized until an `update` gives them scores.
 
     Raises:
       ValueError: on an unknown op, an empty or non-finite score list.
@@ -91,13 +95,18 @@ class RunningStats:
     Args:
       op: operation type (memory.commands.ALL_OPS).
       scores: [n] r^local of op's scored executable decisions in ONE update batch;
-        n = 0 or an uninitialized op is a no-op.
+        n = 0 is a no-op. An op without statistics takes the batch's moments
+        (μ = mean, σ² = population variance, count = n; class docstring).
 
     Raises:
       ValueError: on an unknown op or non-finite scores.
     """
     x = self._check_scores(op, scores)
-    if op not in self._mean or x.size == 0:
+    if x.size == 0:
+      return
+    if op not in self._mean:
+      self._mean[op], self._var[op], self._count[op] = (float(x.mean()), float(x.var()),
+                                                         int(x.size))
       return
     d = self.decay
     mean, var = self._mean[op], self._var[op]

@@ -94,7 +94,9 @@ def init_running_stats_from_dev(verifier: vbase.Verifier,
   type in `dev_inputs` order (SPEC §6: 128; config advantage.running_stats_init_count),
   scores them with ONE `verifier.score_local` call and resets the statistics to their
   mean and (population) variance via `RunningStats.init_from`. Types with no scored
-  transition stay uninitialized (their A^local is 0 until the batch has >= 8).
+  transition start without statistics: their A^local is 0 in an update with fewer than
+  `local_min_count` of them, and their first update's scores initialize them
+  (`RunningStats.update`).
 
   Args:
     verifier: the phase's local verifier.

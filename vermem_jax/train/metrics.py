@@ -49,7 +49,8 @@ ADVANTAGES_FILE = 'advantages.jsonl'
 #   r_local        r^local_{t,k} in [0, 1], null for rejected (unscored) commands (§5)
 #   A_local        A^local_{t,k} after clipping (0 for rejected commands) (§6)
 #   A_global       A^global_k after clipping (§6)
-#   A_hier         λ_l A^local + λ_g A^global − λ_c c (§6)
+#   A_hier         the advantage.mode's A^hier, λ_l A^local + λ_g A^global − λ_c c in
+#                  'full' (§6), after advantage.rejection_floor (rl/advantages.py)
 #   command_tokens number of generated command tokens L_{t,k}
 ADVANTAGE_COLUMNS = ('phase', 'update', 'task', 'rollout', 'step', 'operation',
                      'accepted', 'violations', 'cost', 'r_local', 'A_local', 'A_global',

@@ -7,9 +7,14 @@ after each phase (and `experiments/benchmarks/learning_curve.py` reuses):
   over the non-∅ predictions only: a policy answering ∅ everywhere is fully
   "executable"), exact match, and tool accuracy / exact match per target class, for the
   last evaluation and the checkpoint Phase A starts from.
-- RL (`rl_summary`): r^task, r^global, m^ans, the rejected rate and the operation mix
-  of the first and last updates (means over a window of up to `window` updates, from
-  `metrics.jsonl`), then the greedy internal-dev figures at the phase's start (θ_prev)
+- RL (`rl_summary`): r^task, r^global, m^ans, the rejected rate, the rejection-
+  preference diagnostics (mean A^hier of rejected and of executable decisions, and the
+  share of executable decisions below the rejected ones' mean: 0 means the update never
+  preferred a rejected command; rl/advantages.py) and the operation mix of the first
+  and last updates (means over a window of up to `window` updates, from
+  `metrics.jsonl`; an update where a diagnostic is undefined, e.g. no rejected
+  decision, is left out of its mean), then the greedy internal-dev figures at the
+  phase's start (θ_prev)
   and end (`internal_dev/start/*`, `internal_dev/end/*` of the phase result,
   train/internal_dev.py), and where the logs are.
 
@@ -32,7 +37,10 @@ from vermem_jax.train import metrics as metrics_lib
 NOTEBOOK = os.path.join('experiments', 'notebooks', 'advantage_statistics.ipynb')
 # (label, metrics.jsonl key) of the RL rows compared first vs last.
 RL_ROWS = (('r^task', 'reward/r_task'), ('r^global', 'reward/r_global'),
-           ('m^ans', 'reward/m_ans'), ('rejected rate', 'rollout/rejected_rate'))
+           ('m^ans', 'reward/m_ans'), ('rejected rate', 'rollout/rejected_rate'),
+           ('A^hier, rejected (mean)', 'advantage/a_hier_rejected_mean'),
+           ('A^hier, executable (mean)', 'advantage/a_hier_executable_mean'),
+           ('executable below rejected', 'advantage/rejection_preference_share'))
 # (label, internal_dev key) of the internal-dev rows.
 DEV_ROWS = (('r^task', 'r_task'), ('m^ans', 'm_ans'), ('supporting-fact recall', 'r_sup'),
             ('rejected rate', 'rejected_rate'))
@@ -128,6 +136,8 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
     for label, key in RL_ROWS:
       lines.append(f'  {label:<{_RL_LABEL_W}s} {_fmt(first.get(key)):>14s} '
                    f'{_fmt(last.get(key)):>14s}')
+    lines.append(f'  {"":<{_RL_LABEL_W}s} (share of executable decisions whose A^hier '
+                 "is below the rejected ones' mean; '-': no update had both)")
     lines.append(f'  {"operation mix, first":<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(first, "rollout/op_share_")}')
     lines.append(f'  {"operation mix, last":<{_RL_LABEL_W}s} '

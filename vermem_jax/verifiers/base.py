@@ -43,7 +43,8 @@ SCORE_MAX = 4
 
 BACKENDS = ("heuristic", "local_model", "openai_compatible")
 # What to return for an input whose verifier output stays malformed (or whose request
-# keeps failing) after `max_retries` retries. Appendix F.1 leaves this to the protocol.
+# keeps failing) after `max_retries` retries. Appendix F.1 leaves this to the protocol;
+# SPEC §5 decides 'skip' (no score), the default; the others make up a score.
 FALLBACKS = ("zero", "midpoint", "heuristic", "skip")
 
 
@@ -73,9 +74,13 @@ class VerifierConfig:
       transport failure (timeout, HTTP 429/5xx, connection error).
     backoff_s: HTTP: sleep before retry round r (r = 0, 1, ...) is backoff_s * 2**r
       seconds, applied only when that round retries a transport failure.
-    fallback: result after the retries are spent: 'zero' (all dimensions 0),
-      'midpoint' (all 2), 'heuristic' (the heuristic backend's score) or 'skip' (None:
-      the decision is treated as unscored, like a rejected command).
+    fallback: result after the retries are spent: 'skip' (None, the default and SPEC
+      §5's decision: an unscored decision gets A^local = 0 and is left out of the
+      running statistics, an unscored trajectory's v^coh and v^state are left out of
+      r^global; rl.rewards.group_rewards), 'zero' (all dimensions 0), 'midpoint' (all
+      2) or 'heuristic' (the heuristic backend's score). The last three make up a score
+      that enters the normalizations of A^local and A^global. Every fallback is
+      counted (`fallback_<kind>`, logged per update as verifier/fallback_<kind>).
     checkpoint_path: local_model: HF checkpoint folder for `load_hf_checkpoint`.
     tokenizer_path: local_model: tokenizer folder ('' = `paths.tokenizer_dir()`).
     max_new_tokens: local_model: generation limit in tokens (4 short lines need ~25).
@@ -100,7 +105,7 @@ class VerifierConfig:
   max_concurrency: int = 8
   max_retries: int = 2
   backoff_s: float = 1.0
-  fallback: str = "midpoint"
+  fallback: str = "skip"  # SPEC §5 decision (docstring).
   checkpoint_path: str = ""
   tokenizer_path: str = ""
   max_new_tokens: int = 48

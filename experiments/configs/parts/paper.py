@@ -266,6 +266,9 @@ def _advantage(c: ml_collections.ConfigDict) -> None:
   c.advantage.lambda_local = 1.0       # SPEC §6 λ_l
   c.advantage.lambda_global = 1.0      # SPEC §6 λ_g
   c.advantage.lambda_constraint = 1.0  # SPEC §6 λ_c
+  # Eq. 5 as the paper has it. 'below_executable' (ours, not the paper's; SPEC §6 note)
+  # puts every rejected decision below every executable one of its update.
+  c.advantage.rejection_floor = 'none'
 
 
 def _reward(c: ml_collections.ConfigDict) -> None:
@@ -274,9 +277,6 @@ def _reward(c: ml_collections.ConfigDict) -> None:
   # verifiers' rubric parsing, SPEC §5.)
   c.reward = ml_collections.ConfigDict()
   c.reward.delta = 0.5                 # SPEC §5: efficiency gate 1[r^task ≥ δ]
-  # decision: v^coh and v^state of a trajectory the global verifier gave no score
-  # (fallback 'skip'): the scale's midpoint (counted as rollout/global_unscored).
-  c.reward.unscored_global_value = 0.5
 
 
 def _verifier(c: ml_collections.ConfigDict) -> None:
@@ -291,7 +291,10 @@ def _verifier(c: ml_collections.ConfigDict) -> None:
   c.verifier.max_concurrency = 8       # decision: requests in flight
   c.verifier.max_retries = 2           # decision: retries on malformed output
   c.verifier.backoff_s = 1.0           # decision: HTTP retry backoff base (seconds)
-  c.verifier.fallback = 'midpoint'     # 'zero' | 'midpoint' | 'heuristic' | 'skip'
+  # SPEC §5 decision: a call that still fails after its retries gives no score (that
+  # decision's A^local = 0; the rollout's verifier terms left out of r^global), counted
+  # in verifier/fallback_skip. 'zero' | 'midpoint' | 'heuristic' make up a score.
+  c.verifier.fallback = 'skip'
   c.verifier.checkpoint_path = ''      # local_model backend: HF checkpoint folder
   c.verifier.tokenizer_path = ''       # local_model backend: '' = Qwen2.5 tokenizer
   c.verifier.max_new_tokens = 48       # local_model: four short score lines

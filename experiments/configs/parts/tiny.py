@@ -114,6 +114,16 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # where the policy's own commands are.
   c.advantage.std_floor = 0.25
   c.advantage.local_min_count = 2
+  # Our deviation from Eq. 5 (not the paper's; rl/advantages.py docstring): every
+  # rejected decision below every executable one of its update. Under Eq. 5 a rejection
+  # gets A^global - c (c <= 1), and an executable command z-scored more than c below its
+  # type's mean is worse off: in a default run's phase_a/advantages.jsonl (issue 22) a
+  # valid ∅ the heuristic verifier scored 0.4375 got A^hier -1.46 while a Delete
+  # rejected for a missing id got -0.50, and Phase A's internal-dev rejected rate went
+  # 0.00 -> 0.83 (0.00 -> 0.17 with this floor, same SFT checkpoint). The fixture
+  # tests/data/default_run/phase_b update 1: all 4 executable decisions at -5.0, the 12
+  # rejected at -0.83 on average (share 1.0; 0.0 with the floor).
+  c.advantage.rejection_floor = 'below_executable'
   c.verifier.backend = 'heuristic'     # CPU stand-in for the LLM verifiers
   c.solver.backend = 'oracle'          # oracle-evidence reader
   if phase in paper.PAPER_EPISODES:
