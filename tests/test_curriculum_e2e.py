@@ -27,7 +27,7 @@ from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import rl_phase
 from vermem_jax.train import rl_resume
 
-# Shrunk sizes (same formulas) so the whole curriculum runs in about two minutes on a
+# Shrunk sizes so the whole curriculum runs in about two minutes on a
 # 2-core CPU: short policy inputs, 16-token commands, 2 tasks x 2 rollouts, <= 2
 # decisions per rollout, 2 SFT steps, one update per RL phase.
 TINY_OVERRIDES = {
@@ -85,6 +85,7 @@ def curriculum_workdir():
 # tokenizer through every tokenizer-dependent path of SFT and an RL phase (token counts
 # for g(s) and budgets, chat template, stop tokens, SFT tokenization, vocab check).
 QWEN_OVERRIDES = {'tokenizer.name': 'qwen2.5', 'model.preset': 'tiny',
+                  'model.hf_checkpoint': None,  # random init of the preset
                   'model.dtype': 'float32', 'rl.internal_dev_episodes': 2}
 
 

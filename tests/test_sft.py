@@ -27,6 +27,7 @@ def tiny_config():
   # 4k SentencePiece model; tests/test_tiny_sp_preset.py trains that one).
   c.tokenizer.name = 'qwen2.5'
   c.model.preset = 'tiny'
+  c.model.hf_checkpoint = None  # random init of the preset
   c.model.dtype = 'float32'
   c.memory.context_budget = 256
   c.memory.policy_input_limit = 512

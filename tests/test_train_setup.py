@@ -204,6 +204,7 @@ def test_model_dimensions_from_the_command_line(tmp_path):
   import sys  # pylint: disable=g-import-not-at-top
   from experiments.configs import common  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
+  c.model.hf_checkpoint = None  # dimensions shape a random init of the preset
   c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 128, 3, 384
   mc = setup.model_config_from(c)
   preset = qwen.QwenConfig.preset(common.get_config('sft').model.preset)
@@ -213,10 +214,12 @@ def test_model_dimensions_from_the_command_line(tmp_path):
   assert setup.model_identity(c).endswith(
       'hidden_size=128 intermediate_size=384 num_hidden_layers=3')
   c = common.get_config('sft')
+  c.model.hf_checkpoint = None
   c.model.head_dim = 0
   with pytest.raises(ValueError, match='config.model.head_dim: must be a positive int'):
     setup.model_config_from(c)
   c = common.get_config('sft')
+  c.model.hf_checkpoint = None
   c.model.num_attention_heads = 3   # 256 is not divisible by 3
   with pytest.raises(ValueError, match='config.model.num_attention_heads: .*divisible'):
     setup.model_config_from(c)
@@ -235,10 +238,13 @@ def test_model_dimensions_from_the_command_line(tmp_path):
                            f'--workdir={tmp_path / "wd"}'],
                           capture_output=True, text=True, timeout=120)
   res = cli('--config.model.hidden_size=128', '--config.model.num_hidden_layers=3')
+  assert res.returncode == 2 and '--config.model.hf_checkpoint=' in res.stderr
+  res = cli('--config.model.hf_checkpoint=', '--config.model.hidden_size=128',
+            '--config.model.num_hidden_layers=3')
   assert res.returncode == 0, res.stderr
   assert 'config.model.hidden_size = 128' in res.stdout
   assert 'config.model.num_hidden_layers = 3' in res.stdout
-  res = cli('--config.model.num_attention_heads=3')
+  res = cli('--config.model.hf_checkpoint=', '--config.model.num_attention_heads=3')
   assert res.returncode == 2
   assert 'error: config.model.num_attention_heads: ' in res.stderr
 

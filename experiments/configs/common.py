@@ -3,11 +3,13 @@
 `get_config(phase, arg)` builds the full `ml_collections.ConfigDict` for one phase of the
 curriculum (SPEC §4: sft -> phase_a -> phase_b -> phase_c) at one scale:
 
-- `tiny` (default): a tiny Qwen-architecture model, the Qwen2.5 tokenizer files and the
-  HotpotQA samples under the shared data root, the heuristic verifier and the
-  oracle-evidence reader, a handful of small updates. A phase runs on a 2-core CPU in
-  minutes. Values that differ from SPEC are reduced sizes (counts, lengths), never
-  different formulas.
+- `tiny` (default): a tiny Qwen-architecture model pretrained here (the packaged
+  stand-in for a pretrained Qwen), the packaged SentencePiece tokenizer and the HotpotQA
+  samples under the shared data root, the heuristic verifier and the oracle-evidence
+  reader, a handful of small updates. A phase runs on a 2-core CPU in minutes. Values
+  that differ from SPEC are reduced sizes and stand-ins, and the few different formulas
+  that `parts/tiny.DEVIATIONS` names (README: "Where the CPU default departs from the
+  paper").
 - `paper`: SPEC's values (Qwen2.5-7B-Instruct from an HF folder the user sets in
   `model.hf_checkpoint`, 8 tasks x 8 rollouts, 1,000 / 1,000 / 1,500 updates, ...).
 

@@ -11,9 +11,9 @@ Qwen checkpoint.
 
 Data (construction pool only, SPEC §4: never internal dev, never validation). The
 construction pool's paragraphs are split by question: `probe_fraction` of the questions
-are held out and serve only the copy probe. Each training row is one of these tasks
-(`TASKS`), drawn with the weights `task_weights`; the loss is the next-token loss on
-the row's target tokens:
+are held out and serve only the copy probe. The first `copy_only_steps` steps train
+'copy' alone; then each batch is one of these tasks (`TASKS`), drawn with the weights
+`task_weights`; the loss is the next-token loss on the row's target tokens:
 
   'text'    a paragraph `title: sentences`; target: every token (language modelling).
   'copy'    `<|endoftext|> noise x \n " x`, x of `copy_min_len..copy_max_len` random
@@ -88,8 +88,10 @@ class PretrainConfig:
     batch_size: rows per step.
     seq_len: tokens per row of the text tasks ('text', 'span', 'quote', 'cite').
     copy_seq_len: tokens per row of 'copy'.
-    task_weights: probability of each task in `TASKS` order (summing to 1); a step
-      draws one task for its whole batch.
+    copy_only_steps: the first steps draw only 'copy' (a curriculum: the copy
+      mechanism forms there, in a phase change after ~1,000 steps at batch 32).
+    task_weights: probability of each task in `TASKS` order (summing to 1) after
+      `copy_only_steps`; a step draws one task for its whole batch.
     learning_rate, warmup_steps, weight_decay, adam_b1, adam_b2, adam_eps,
     max_grad_norm: the clipped AdamW (`optim.clipped_adamw`), constant after a linear
       warmup.
@@ -108,6 +110,7 @@ class PretrainConfig:
   batch_size: int
   seq_len: int
   copy_seq_len: int
+  copy_only_steps: int
   task_weights: tuple[float, ...]
   learning_rate: float
   warmup_steps: int
@@ -137,6 +140,8 @@ class PretrainConfig:
                       f'{TASKS}, got {self.task_weights}')
     elif abs(sum(self.task_weights) - 1.0) > 1e-6:
       problems.append(f'task_weights must sum to 1, got {sum(self.task_weights)}')
+    if not 0 <= self.copy_only_steps <= self.steps:
+      problems.append(f'copy_only_steps must be in [0, steps], got {self.copy_only_steps}')
     for name in ('steps', 'batch_size', 'seq_len', 'copy_seq_len', 'alphabet',
                  'copy_min_len', 'span_min', 'probe_rows'):
       if getattr(self, name) < 1:
@@ -446,7 +451,8 @@ def pretrain(model_config: QwenConfig, config: PretrainConfig,
   start = time.time()
   try:
     for step in range(1, config.steps + 1):
-      task = TASKS[int(rng.choice(len(TASKS), p=weights))]
+      task = ('copy' if step <= config.copy_only_steps
+              else TASKS[int(rng.choice(len(TASKS), p=weights))])
       tokens, targets = rows.batch(rng, task, step)
       params, opt_state, loss, acc = step_fn(params, opt_state, tokens, targets)
       s = sums[task]

@@ -104,7 +104,9 @@ def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
   if config.model.hf_checkpoint:
     if dims:
       raise ValueError(f'config.model.{next(iter(dims))}: model dimensions apply to '
-                       'model.preset; a checkpoint (model.hf_checkpoint) brings its own')
+                       'model.preset; a checkpoint (model.hf_checkpoint) brings its own '
+                       '(add --config.model.hf_checkpoint= to start from random weights '
+                       'of the preset)')
     try:
       return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
     except (OSError, ValueError, KeyError) as e:

@@ -1,8 +1,11 @@
 """The default CPU scale: reductions of the paper-scale config (`paper.py`).
 
-Values that differ from SPEC are reduced sizes (counts, lengths) and CPU stand-ins
-(a tiny randomly initialised Qwen, the heuristic verifier, the oracle-evidence reader),
-never different formulas. A phase runs on a 2-core CPU in minutes.
+Most values that differ from SPEC are reduced sizes (counts, lengths, learning rates)
+and CPU stand-ins (a pretrained tiny Qwen made here, the heuristic verifier, the
+oracle-evidence reader). A few are different formulas: `DEVIATIONS` names each, with
+its reason, and README's table "Where the CPU default departs from the paper" lists
+them with the figures that justified them (tests/test_configs.py holds the two
+together). A phase runs on a 2-core CPU in minutes.
 """
 
 from __future__ import annotations
@@ -15,15 +18,41 @@ from experiments.configs.parts import paper
 from vermem_jax import paths
 
 
+# Fields whose tiny value is a different formula or a stand-in, not a smaller number:
+# field -> why (the comments where each is set give the measurements).
+DEVIATIONS = {
+    'model.hf_checkpoint': 'a tiny Qwen pretrained here (copy tasks + HotpotQA text) '
+                           'stands in for the pretrained Qwen, which cannot be '
+                           'downloaded',
+    'memory.local_ids': 'ids shown and cited without their task namespace',
+    'sft.loss_reduction': "'sqrt': each command's summed NLL over the square root of "
+                          "its length, instead of Eq. 7's sum",
+    'advantage.std_floor': 'a floor of 0.25 instead of 0.01 on every σ of Eq. 9-11 '
+                           '(A^local, A^global and A^task)',
+    'advantage.local_min_count': 'batch statistics of a type from 2 instances instead '
+                                 'of 8',
+    'advantage.rejection_floor': "'below_executable': every rejected decision below "
+                                 'every executable one of its update (Eq. 5 changed)',
+    'verifier.backend': 'the rule-based heuristic verifier stands in for the LLM '
+                        'verifiers',
+    'solver.backend': 'the oracle-evidence reader stands in for the LLM task solver',
+}
+
+
 def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
-  """Shrinks sizes so a phase runs on a 2-core CPU in minutes (same formulas)."""
+  """Shrinks sizes so a phase runs on a 2-core CPU in minutes; the fields of
+  `DEVIATIONS` also change formulas or use stand-ins."""
   c.data.data_dir = paths.default_data_dir()  # HotpotQA samples (+ HF tokenizers)
   # The packaged 4k SentencePiece model (vermem_jax.tokenizer_build); another name
   # (`--config.tokenizer.name=qwen2.5`) gives <data_dir>/tokenizers/<name>.
   c.tokenizer.name = 'hotpotqa-sp4k'
   c.tokenizer.path = derived.derived_tokenizer_path_ref(c)
-  c.model.preset = 'tiny-sp4k'
-  c.model.hf_checkpoint = None         # randomly initialised small Qwen
+  c.model.preset = 'tiny-sp4k'         # the base's shape; random init with the next line ''
+  # The packaged pretrained base (a stand-in for the pretrained Qwen; README "Where the
+  # CPU default departs"): the tiny-sp4k shape pretrained on construction-pool text and
+  # copy tasks (`--config=pretrain.py`). `--config.model.hf_checkpoint=` (empty) starts
+  # from random weights of `model.preset` instead.
+  c.model.hf_checkpoint = paths.packaged_base()
   c.model.dtype = 'bfloat16'           # bf16 matmuls, float32 accumulation and params
   c.model.remat = False
   # XLA's fused attention instead of the blockwise kernel 'auto' picks on CPU: a
