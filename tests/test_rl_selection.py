@@ -44,9 +44,34 @@ def test_reference_commands_score_higher_than_null(dev_specs):
   assert ref['dev/score'] > null['dev/score']
   assert 0.0 <= null['dev/m_ans'] <= null['dev/r_task'] <= 1.0
   assert null['dev/tool_calls'] == 0.0 and null['dev/invalid_rate'] == 0.0
+  assert null['dev/op_share/Null'] == 1.0
   em = rl_selection.dev_evaluation(specs, lambda xs, rng: ['∅'] * len(xs), oracle,
                                    **dict(kw, metric='em'))
   assert em['dev/score'] == em['dev/em']
+
+
+def test_dev_op_shares_count_every_decision(dev_specs):
+  """dev/op_share/<op> against a count over the same episodes run directly."""
+  specs, dev = dev_specs
+  oracle = ts.OracleEvidenceReader.from_examples(dev)
+  cfg = mexec.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
+  calls = []
+
+  def policy(xs, rng):  # junk (Invalid), then Retrieve, then ∅, by call
+    calls.append(len(xs))
+    return [('junk', 'Retrieve("capital")', '∅')[(len(calls) - 1) % 3]] * len(xs)
+  out = rl_selection.dev_evaluation(specs, policy, oracle, count_tokens=count,
+                                    executor_config=cfg, env_config=env.EnvConfig(),
+                                    seed=0, metric='r_task')
+  calls.clear()
+  results = env.run_episodes(list(specs), lambda xs: policy(xs, None), oracle,
+                             count_tokens=count, executor_config=cfg,
+                             env_config=env.EnvConfig())
+  ops = [d.op for r in results for d in r.decisions]
+  shares = {k[len('dev/op_share/'):]: v for k, v in out.items()
+            if k.startswith('dev/op_share/')}
+  assert shares == {op: pytest.approx(ops.count(op) / len(ops)) for op in set(ops)}
+  assert 'Invalid' in shares and sum(shares.values()) == pytest.approx(1.0)
 
 
 def test_episode_scores_hand_case(dev_specs):

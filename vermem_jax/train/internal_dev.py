@@ -98,9 +98,17 @@ def summarize_results(results: Sequence[environment.EpisodeResult]) -> dict[str,
          'm_ans': float(np.mean(m_ans)),
          'rejected_rate': rejected / max(decisions, 1),
          'decisions_per_episode': decisions / n, 'tool_calls_per_episode': tool_calls / n}
-  for op in sorted(ops, key=_op_order):
-    out[f'op_share/{op}'] = ops[op] / max(decisions, 1)
+  out.update(op_shares(ops))
   return out
+
+
+def op_shares(ops: Mapping[str, int]) -> dict[str, float]:
+  """{'op_share/<op>': count / total} for every op counted in `ops` (op -> number of
+  decisions; 'Invalid' = text naming no tool), in ALL_OPS order; {} without decisions.
+  The shares sum to 1."""
+  total = sum(ops.values())
+  return {f'op_share/{op}': ops[op] / total
+          for op in sorted(ops, key=_op_order)} if total else {}
 
 
 def _op_order(op: str) -> tuple[int, str]:

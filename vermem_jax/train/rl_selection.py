@@ -20,6 +20,7 @@ Held-out data and the evaluation judges never take part.
 
 from __future__ import annotations
 
+import collections
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -31,6 +32,7 @@ from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
+from vermem_jax.train import internal_dev
 
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')
 DEFAULT_METRIC = 'r_task'
@@ -78,7 +80,9 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
 
   Returns:
     {'dev/score': mean of `metric`, 'dev/<metric>' for every metric,
-     'dev/tool_calls', 'dev/invalid_rate', 'dev/episodes'}.
+     'dev/tool_calls', 'dev/invalid_rate' (rejected decisions / decisions, unparseable
+     text included), 'dev/episodes', 'dev/op_share/<op>' for every op that occurred
+     (share of all decisions, `internal_dev.op_shares`)}.
 
   Raises:
     ValueError: an unknown metric or no dev episodes.
@@ -98,7 +102,8 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
     finally:
       bound.drain()  # a collective policy keeps joining the other processes' rounds
     return [(episode_scores(r), r.num_decisions, r.tool_calls,
-             sum(not d.accepted for d in r.decisions)) for r in results]
+             sum(not d.accepted for d in r.decisions),
+             collections.Counter(d.op for d in r.decisions)) for r in results]
   if group is None:
     per = run_mine()
   else:
@@ -110,6 +115,8 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
   out['dev/tool_calls'] = float(np.mean([p[2] for p in per]))
   out['dev/invalid_rate'] = sum(p[3] for p in per) / max(decisions, 1)
   out['dev/episodes'] = float(len(per))
+  ops = sum((p[4] for p in per), collections.Counter())
+  out.update({f'dev/{k}': v for k, v in internal_dev.op_shares(ops).items()})
   return out
 
 
