@@ -30,10 +30,11 @@ install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 install-benchmarks: $(VENV)/.installed-benchmarks
 
-# The tiny curriculum up to Phase B, then a short held-out evaluation table (Base, SFT,
-# Phase A, Phase B on a handful of HotpotQA validation questions).
+# The whole tiny curriculum (SFT -> A -> B -> C, from the packaged pretrained base), then
+# a short held-out evaluation table (Base and each phase's policy on HotpotQA validation
+# questions).
 run: install
-	$(PY) experiments/run.py --config=phase_b.py --workdir=$(WORKDIR)
+	$(PY) experiments/run.py --config=phase_c.py --workdir=$(WORKDIR)
 	$(PY) experiments/run.py --config=eval_hotpotqa.py --workdir=$(WORKDIR)
 
 test: install-test

@@ -72,7 +72,11 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.sampling.max_command_tokens = 192
   derived.install_tiny_buckets(c)      # finer length buckets, one command bucket
   c.batching.micro_batch_size = 8
-  c.sft.train_per_target = 96
+  # 80, not 96: with ids and texts quoted as their own pieces (issue 22) the boundary
+  # Summarize template (summarize_all_relevant, 25% of the class) builds from ~22 of the
+  # 533 construction questions; 96 records need 24 of them and the build stopped at 44
+  # valid Summarize states.
+  c.sft.train_per_target = 80
   c.sft.dev_per_target = 8
   # Measured on the 64 dev records (issue 9; greedy tool accuracy / executable rate of
   # the non-∅ predictions): batch 16 with a linear decay reached 0.375 / 0.0 after 120
@@ -95,7 +99,10 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # accuracy keeps rising with steps (one 576-step run: 0.34 / 0.36 / 0.50 / 0.52 /
   # 0.48 at steps 192 / 288 / 384 / 480 / 576, non-∅ executable 0.75-0.94; 384-step
   # runs 0.34-0.48).
-  c.sft.num_epochs = 5
+  # Three epochs (240 steps) from the pretrained base, which starts out able to copy
+  # (issue 22 asks for fewer SFT steps and more RL); not yet tuned by measurement on
+  # that base: the five-epoch figures above are the random-init model's.
+  c.sft.num_epochs = 3
   c.sft.learning_rate = 1e-3           # a random small model needs a larger step
   c.sft.lr_schedule = 'constant'       # after the 3% warmup
   # Each command's summed NLL over √(its tokens) (grpo.NLL_REDUCTIONS), not Eq. 7's
