@@ -21,8 +21,8 @@ from vermem_jax.memory import state as mstate
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 
 CFG = mexec.ExecutorConfig(phase='C', context_budget=400, policy_input_limit=3000)
-_ENV_ITEM = re.compile(r'current environment item (\S+);')
-_ITEM = re.compile(r'^\[(\S+) (\w+)[^\]]*\] (".*")$', re.MULTILINE)
+_ENV_ITEM = re.compile(r'current environment item "?([^";\s]+)"?;')
+_ITEM = re.compile(r'^\["([^"]+)" (\w+)[^\]]*\] (".*")$', re.MULTILINE)
 
 
 class ScriptedMemoryPolicy:

@@ -233,6 +233,8 @@ def test_bad_scale_argument():
 ])
 def test_validate_names_bad_field(field, value, match):
   c = common.get_config('phase_b')
+  if field.startswith('model.preset'):
+    c.model.hf_checkpoint = None  # a preset shapes a random init only
   *parents, leaf = field.split('.')
   node = c
   for p in parents:
@@ -563,6 +565,7 @@ def test_tokenizer_must_fit_model_vocab(tmp_path, qwen25_tokenizer_dir):
                      r"ids but the model's vocab_size \(embedding rows\) is 4096"):
     validation.check_tokenizer_fits_model(c)
   c.model.preset = 'tiny'
+  c.model.hf_checkpoint = None  # the preset, not the packaged base
   validation.check_tokenizer_fits_model(c)  # tiny preset: Qwen's 151,936 rows
   small = dict(_HF_CONFIG, vocab_size=1000)
   (tmp_path / 'config.json').write_text(json.dumps(small))

@@ -338,7 +338,7 @@ def test_executor_config_for_uses_spec_phase(examples):
   assert cfg.ops == ("Add", "Update", "Delete", "Null") and cfg.context_budget == 99
 
 
-_CURRENT_ITEM = re.compile(r"current environment item (\S+?)[;)]")
+_CURRENT_ITEM = re.compile(r'current environment item "?([^";)\s]+)"?[;)]')
 
 
 class AddCurrentObservationPolicy:
@@ -353,7 +353,7 @@ class AddCurrentObservationPolicy:
     for x in xs:
       m = _CURRENT_ITEM.search(x)
       item = m.group(1) if m else "none"
-      line = re.search(r"^\[" + re.escape(item) + r" observation[^\]]*\] (\".*\")$", x,
+      line = re.search(r'^\["' + re.escape(item) + r'" observation[^\]]*\] (".*")$', x,
                        re.MULTILINE) if item != "none" else None
       if line is None or item in self.added:
         out.append("∅")
@@ -480,7 +480,7 @@ def test_stale_entry_blocks_delayed_query(examples):
   add = AddCurrentObservationPolicy()
 
   def delete_first(xs):  # decision 0 (nothing observed yet): retire the stale entry
-    if f"[{stale_id} v0]" in xs[0]:
+    if f"[\"{stale_id}\" v0]" in xs[0]:
       return [f'Delete(memory_id="{stale_id}", reason="outdated year")']
     return add(xs)
 

@@ -35,7 +35,7 @@ def _run(specs, policy, solver, counter=count, cfg=CFG):
   return episodes.run(specs, policy, solver, count_tokens=counter, executor_config=cfg)
 
 
-_ENV_ITEM = re.compile(r'current environment item (\S+);')
+_ENV_ITEM = re.compile(r'current environment item "?([^";\s]+)"?;')
 
 
 class LabelBlindPolicy:
@@ -55,7 +55,7 @@ class LabelBlindPolicy:
       step = int(re.search(r'task state: "passage (\d+) of', x).group(1)) - 1
       m = _ENV_ITEM.search(x)
       if step == 0 and m:
-        line = next(l for l in x.splitlines() if l.startswith(f'[{m.group(1)} '))
+        line = next(l for l in x.splitlines() if l.startswith(f'["{m.group(1)}" '))
         text = json.loads(line.split('] ', 1)[1])
         sentence = text.split(': ', 1)[1].split('. ')[0]
         out.append(f'Add(content={json.dumps(sentence)}, source_refs=["{m.group(1)}"])')

@@ -348,7 +348,7 @@ def test_g_escapes_line_breaks_format_chars_and_special_token_tags(qwen):
   assert not any(l.startswith('[abc123') for l in lines)
   # Every quoted text is still valid JSON for its exact original text.
   quoted = [l.split('] ', 1)[1] for l in lines
-            if l.startswith(f'[{s.ns}:') and 'instruction' not in l.split('] ', 1)[0]]
+            if l.startswith(f'["{s.ns}:') and 'instruction' not in l.split('] ', 1)[0]]
   assert len(quoted) == 4 and all(json.loads(q) == EVIL for q in quoted)
   assert ser._q(EVIL) == ser._q(EVIL)  # pylint: disable=protected-access
   assert json.loads(ser._q('a < b <c d>')) == 'a < b <c d>'  # pylint: disable=protected-access

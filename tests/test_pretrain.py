@@ -25,8 +25,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def small_config(**overrides):
   values = common.get_config('pretrain').pretrain.to_dict()
-  values.update(steps=3, batch_size=2, seq_len=160, log_every=1, probe_every=0,
-                probe_rows=4)
+  values.update(steps=3, copy_only_steps=1, batch_size=2, seq_len=160, log_every=1,
+                probe_every=0, probe_rows=4)
   values['task_weights'] = tuple(values['task_weights'])
   values.update(overrides)
   return pt.PretrainConfig(**values)
@@ -177,7 +177,8 @@ def test_config_errors_name_the_field():
 def test_cli_pretrain_writes_the_base_and_refuses_bad_flags(tmp_path):
   base = [sys.executable, 'experiments/run.py', '--config=pretrain.py',
           f'--workdir={tmp_path}']
-  short = ['--config.pretrain.steps=2', '--config.pretrain.batch_size=2',
+  short = ['--config.pretrain.steps=2', '--config.pretrain.copy_only_steps=1',
+           '--config.pretrain.batch_size=2',
            '--config.pretrain.probe_rows=2', '--config.pretrain.log_every=1']
   r = subprocess.run(base + short, cwd=REPO, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]

@@ -39,7 +39,7 @@ def test_resolve_config_path_forms(tmp_path):
   assert config_argv.resolve_config_path(f'{own}:x') == f'{own}:x'
   with pytest.raises(ValueError, match=r"'phase_d.py' is not in .*known configs: "
                      r'eval_alfworld, eval_babyai, eval_hotpotqa, eval_pddl, '
-                     r'eval_scienceworld, phase_a, phase_b, phase_c, sft, table2'):
+                     r'eval_scienceworld, phase_a, phase_b, phase_c, pretrain, sft, table2'):
     config_argv.resolve_config_path('phase_d')
 
 

@@ -116,7 +116,7 @@ def test_recovery_scripted_policy_answers_null_policy_does_not(pools):
     assert res.final_answer is None and res.terminated_by == 'env_end'
 
 
-_CURRENT = re.compile(r'current environment item (\S+);')
+_CURRENT = re.compile(r'current environment item "?([^";\s]+)"?;')
 
 
 def add_current_observation(xs):
@@ -125,7 +125,7 @@ def add_current_observation(xs):
   for x in xs:
     m = _CURRENT.search(x)
     cid = m.group(1) if m else 'none'
-    line = re.search(r'^\[' + re.escape(cid) + r' observation\] (".*")$', x, re.M)
+    line = re.search(r'^\["' + re.escape(cid) + r'" observation\] (".*")$', x, re.M)
     if line is None:
       out.append('∅')
       continue
@@ -229,8 +229,8 @@ def test_example_without_resolvable_facts_is_skipped(pools):
   assert len(specs) == 6 and all(s.example.id != bad.id for s in specs)
 
 
-_ENTRY = re.compile(r'^\[(\S+:m\d+) v\d+\] (".*")$', re.M)
-_OBS = re.compile(r'^\[(\S+:c\d+) observation\] (".*")$', re.M)
+_ENTRY = re.compile(r'^\["(\S+:m\d+)" v\d+\] (".*")$', re.M)
+_OBS = re.compile(r'^\["(\S+:c\d+)" observation\] (".*")$', re.M)
 
 
 def _about(a, b):
