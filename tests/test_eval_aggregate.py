@@ -13,7 +13,7 @@ BUDGETS = [1000, 2000, 3000]
 
 def _summary(em, tn, curve, j=None):
   return {'n': 4, 'em': em, 'f1': em, 'j_judge': j, 'mq': None, 'tn': tn, 'tc': 1.0,
-          'success_rate': 100 * em, 'invalid_rate': 0.25, 'op_mix': {'Null': 1.0},
+          'success_rate': 100 * em, 'rejected_calls': 0.25, 'unparseable': 0.5, 'op_mix': {'Null': 1.0},
           'frontier_curve': curve}
 
 
@@ -70,8 +70,8 @@ def test_tables_and_json_written(tmp_path):
   assert '| base | — | — | 50.0 ± 35.4 |' in md
   assert 'Operation mix' in md
   # Each counted column says what it counts, once, under the table.
-  for text in ('TN: online tokens', 'TC: non-null memory-tool calls',
-               'invalid %: decisions T_m rejected'):
+  for text in ('TN: online tokens', 'TC: executed non-null memory-tool calls',
+               'rejected calls: tool calls', 'unparseable: decisions'):
     assert md.count(text) == 1
   custom = aggregate.markdown_table(agg, solver_label='x', judge_label=None,
                                     num_questions={'42': 4}, seeds=[42],

@@ -149,7 +149,7 @@ def test_vermem_episode_keeps_old_items_and_overflows_to_history(examples):
   assert any(v.kind == 'context_overflow' for d in res.decisions for v in d.violations)
 
 
-def test_tc_ignores_null_and_counts_executed_and_rejected_apart(examples):
+def test_tc_counts_executed_calls_only_rejected_and_unparseable_apart(examples):
   ex = examples[2]
   spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
   policy = LabelBlindPolicy()
@@ -160,11 +160,21 @@ def test_tc_ignores_null_and_counts_executed_and_rejected_apart(examples):
   # The Retrieve would overflow C (the passages fill it): rejected, still a tool call.
   assert res.decisions[0].accepted and not res.decisions[1].accepted
   assert 'context_overflow' in res.decisions[1].transition_message
-  # Two tool calls (Add, Retrieve); ∅ and the unparseable text are not tool calls.
-  assert rec['tc'] == 2 and rec['tc_executed'] == 1 and rec['tc_rejected'] == 1
-  assert rec['invalid'] == 2 and rec['decisions'] == len(ops)
-  assert rec['op_counts'] == {'Add': 1, 'Invalid': 1, 'Null': len(ops) - 3,
-                              'Retrieve': 1}
+  # The paper's TC: executed non-null calls only (the Add). The rejected Retrieve, the
+  # unparseable text and the ∅ decisions each count apart or not at all.
+  executed = sum(d.is_tool_call and d.accepted for d in res.decisions)
+  assert rec['tc'] == executed == 1
+  assert rec['rejected_calls'] == 1 and rec['unparseable'] == 1
+  assert rec['decisions'] == len(ops) and len(ops) > 3
+  assert 'invalid' not in rec and 'tc_executed' not in rec
+  assert rec['op_counts'] == {'Add': 1, metrics.UNPARSEABLE: 1,
+                              'Null': len(ops) - 3, 'Retrieve': 1}
+  summary = metrics.summarize([rec, metrics.episode_record(
+      _run([spec], episodes.base_policy, RecordingLLMSolver())[0], policy='base',
+      seed=0)])
+  # Base decides ∅ throughout: no call of any kind, so the means halve.
+  assert summary['tc'] == 0.5 and summary['rejected_calls'] == 0.5
+  assert summary['unparseable'] == 0.5
 
 
 def _fake_generate(tok, command):

@@ -13,7 +13,8 @@ produce:
 
 Units in the tables: J_judge and MQ in [0, 1] (as paper Table 5; Table 2 prints
 100·J_judge), EM, F1, SF recall, success rate, invalid rate and SR@B* in percent,
-TN and TN@S* in tokens, TC in calls per episode.
+TN and TN@S* in tokens, TC (executed calls), rejected calls and unparseable decisions
+per episode.
 """
 
 from __future__ import annotations
@@ -38,9 +39,8 @@ TABLE_METRICS = (
     ('success_rate', 'SR %', 1.0, 1),
     ('tn', 'TN', 1.0, 0),
     ('tc', 'TC', 1.0, 2),
-    ('tc_executed', 'TC exec', 1.0, 2),
-    ('tc_rejected', 'TC rej', 1.0, 2),
-    ('invalid_rate', 'invalid %', 100.0, 1),
+    ('rejected_calls', 'rejected calls', 1.0, 2),
+    ('unparseable', 'unparseable', 1.0, 2),
     ('sr_at_budget', 'SR@B* %', 1.0, 1),
     ('tn_at_target', 'TN@S*', 1.0, 0),
 )
@@ -50,10 +50,11 @@ ABSENT = 'absent'
 COLUMN_NOTES = (
     ('tn', 'TN: online tokens per episode, input + output of every policy and solver '
            'call'),
-    ('tc', 'TC: non-null memory-tool calls per episode, TC exec (accepted) + TC rej '
-           '(rejected by T_m); ∅ and text naming no tool count in neither'),
-    ('invalid_rate', 'invalid %: decisions T_m rejected, unparseable text included, '
-                     'over all decisions'),
+    ('tc', 'TC: executed non-null memory-tool calls per episode (the paper\'s TC); '
+           '∅, rejected calls and unparseable text are not counted'),
+    ('rejected_calls', 'rejected calls: tool calls per episode that T_m rejected (a '
+                       'failed id, argument or budget check)'),
+    ('unparseable', 'unparseable: decisions per episode whose text is not a command'),
     ('sr_at_budget', 'SR@B* %: success rate at the token budget B* (eval.target_budget) '
                      'on the success-vs-TN frontier (frontier.png)'),
     ('tn_at_target', 'TN@S*: online tokens at which the frontier reaches the success '
@@ -162,7 +163,7 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
   ops = sorted({op for e in agg.values() for op in e.get('op_mix', {})})
   if ops:
     lines += ['', 'Operation mix (% of decisions: tool calls under their tool, executed '
-              'or rejected; Null = ∅; Invalid = text that does not parse as a command):',
+              'or rejected; Null = ∅; Unparseable = text that is not a command):',
               '',
               '| policy | ' + ' | '.join(ops) + ' |',
               '|' + '|'.join(['---'] * (len(ops) + 1)) + '|']
