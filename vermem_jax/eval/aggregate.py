@@ -136,18 +136,21 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
                    judge_label: Optional[str], num_questions: Mapping[str, Any],
                    seeds: Sequence[int], title: str = 'HotpotQA validation',
                    metrics: Sequence[tuple] = TABLE_METRICS,
-                   judge_text: Optional[str] = None) -> str:
+                   judge_text: Optional[str] = None,
+                   notes: Sequence[str] = ()) -> str:
   """The results table in Markdown (module docstring for units).
 
   `metrics`: the columns, (summary key, header, scale, decimals) each (default
   TABLE_METRICS, HotpotQA's); `judge_text` replaces the judge line (a benchmark
-  without a judge says why)."""
+  without a judge says why); `notes`: lines printed under the seeds line (e.g. that
+  the seeds share one set of checkpoints)."""
   lines = [f'### {title}', '',
            f'Task solver: {solver_label}',
            judge_text or ('Judge: ' + (judge_label
                                        or f'none — J_judge and MQ are {ABSENT}')),
            f'Seeds: {", ".join(str(s) for s in seeds)}; tasks per seed: '
-           + ', '.join(f'{v} (seed {k})' for k, v in num_questions.items()), '']
+           + ', '.join(f'{v} (seed {k})' for k, v in num_questions.items()),
+           *notes, '']
   head = ['policy'] + [h for _, h, _, _ in metrics]
   lines.append('| ' + ' | '.join(head) + ' |')
   lines.append('|' + '|'.join(['---'] * len(head)) + '|')
@@ -209,14 +212,15 @@ def write_results(out_dir: str, agg: Mapping[str, Mapping[str, Any]], *,
                   num_questions: Mapping[str, Any], seeds: Sequence[int],
                   title: str = 'HotpotQA validation',
                   metrics: Sequence[tuple] = TABLE_METRICS,
-                  judge_text: Optional[str] = None) -> dict[str, str]:
+                  judge_text: Optional[str] = None,
+                  notes: Sequence[str] = ()) -> dict[str, str]:
   """Writes results.md, results.csv and results.json; returns {kind: path}
-  (`metrics`, `judge_text` as `markdown_table`)."""
+  (`metrics`, `judge_text`, `notes` as `markdown_table`)."""
   os.makedirs(out_dir, exist_ok=True)
   paths = {k: os.path.join(out_dir, f'results.{k}') for k in ('md', 'csv', 'json')}
   table = markdown_table(agg, solver_label=solver_label, judge_label=judge_label,
                          num_questions=num_questions, seeds=seeds, title=title,
-                         metrics=metrics, judge_text=judge_text)
+                         metrics=metrics, judge_text=judge_text, notes=notes)
   with open(paths['md'], 'w') as f:
     f.write(table)
   rows = csv_rows(agg, solver_label=solver_label, metrics=metrics)

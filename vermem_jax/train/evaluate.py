@@ -172,6 +172,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   # Written beside and moved into place once every policy has run: an evaluation that
   # fails part-way (e.g. on a corrupt checkpoint) leaves the previous results whole.
   partial_path = jsonl_path + '.partial'
+  layout = eval_policies.seed_layout(workdir, seeds)
   per_seed: dict[int, dict[str, dict]] = {}
   infos: dict[str, list] = {}
   timings: dict[str, float] = {}
@@ -180,7 +181,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   try:
     with open(partial_path, 'w') as jsonl:
       for seed in seeds:
-        wd = eval_policies.seed_workdir(workdir, seed)
+        wd = layout.workdirs[seed]
         items = suite.items(seed)
         num_items[str(seed)] = len(items)
         per_seed[seed] = {}
@@ -225,7 +226,12 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                             target_success=float(ev.target_success),
                             target_budget=float(ev.target_budget))
   wall = time.time() - t0
+  trained = [label for label, info in infos.items() if info[0]['kind'] == 'phase']
+  checkpoint_note = layout.note(os.path.abspath(workdir), trained)
   meta = {'workdir': os.path.abspath(workdir), 'config': config.phase,
+          'seed_workdirs': {str(s): os.path.abspath(w)
+                            for s, w in layout.workdirs.items()},
+          'shared_checkpoints': bool(checkpoint_note),
           'policies': infos, 'budgets': budgets,
           'target_success': float(ev.target_success),
           'target_budget': float(ev.target_budget),
@@ -238,7 +244,8 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                                   judge_label=suite.judge_label,
                                   num_questions=num_items, seeds=seeds, title=suite.title,
                                   metrics=suite.table_metrics,
-                                  judge_text=suite.judge_text)
+                                  judge_text=suite.judge_text,
+                                  notes=[checkpoint_note] if checkpoint_note else [])
   paths['jsonl'] = jsonl_path
   # A figure copied out of the workdir keeps the solver caveat (the part of the label
   # before its explanation: 'oracle-evidence reader — DIAGNOSTIC stand-in, not an LLM').
