@@ -114,9 +114,10 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
   def respond(n, body):
     msgs = body['messages']
     if 'grade answers' in msgs[0]['content']:
-      return '0.9'
+      # A reasoning judge: other numbers inside the block, the verdict after it.
+      return '<think>Paris is right; 1 city named, 0 errors.</think>\n0.8'
     if 'long-term memory' in msgs[0]['content']:
-      return '0.4 since it is empty'  # malformed: retried, then the fallback
+      return 'no score for you'  # malformed: retried, then the fallback
     user = msgs[1]['content']
     return 'Answer: Paris' if 'No more information' in user else 'Continue'
 
@@ -124,7 +125,7 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
   monkeypatch.setenv('VERMEM_JUDGE_API_KEY', 'k')
   monkeypatch.setenv('VERMEM_SOLVER_API_KEY', 'k')
   try:
-    c = eval_config(tmp_path, policies='base')
+    c = eval_config(tmp_path, policies='base,sft')
     c.eval.judge.backend = 'openai_compatible'
     c.eval.judge.base_url = server.url
     c.eval.judge.model = 'judge'
@@ -136,12 +137,21 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
     res = evaluate.run_evaluation(c, workdir)
   finally:
     server.close()
-  base = res['aggregate']['base']
-  assert base['j_judge']['mean'] == pytest.approx(0.9)
-  assert base['mq']['mean'] == 0.0 and base['mq_fallbacks']['mean'] == 2
+  base, sft = res['aggregate']['base'], res['aggregate']['sft']
+  assert base['j_judge']['mean'] == pytest.approx(0.8)
+  assert base['j_judge_judged']['mean'] == 2 and base['judge_fallbacks']['mean'] == 0
+  # Base has no long-term memory: MQ is not judged and reads —, not a score.
+  assert base['mq']['mean'] is None and base['mq_judged']['mean'] == 0
+  assert sft['mq']['mean'] == 0.0 and sft['mq_fallbacks']['mean'] == 2
   recs = _jsonl(res['paths']['jsonl'])
   assert all(r['answer'] == 'Paris' and r['success'] for r in recs)  # judge rule
-  assert 'OpenAI-compatible server' in res['table'] and 'DIAGNOSTIC' not in res['table']
+  assert all(r['mq'] is None for r in recs if r['policy'] == 'base')
+  table = res['table']
+  assert 'OpenAI-compatible server' in table and 'DIAGNOSTIC' not in table
+  assert '| base | 0.800 | — |' in table
+  # Judged and fallback counts per policy, all seeds together.
+  assert '| base | 2 | 0 | 0 | — | — |' in table
+  assert '| sft | 2 | 0 | 0 | 0 | 2 |' in table
   data = json.load(open(res['paths']['json']))
   assert data['meta']['success_rule'] == 'judge'
   assert data['meta']['judge_counters']['fallbacks'] == 2

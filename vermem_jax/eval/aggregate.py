@@ -132,6 +132,28 @@ def _fmt(stats: Optional[Mapping[str, Any]], scale: float, decimals: int) -> str
   return text
 
 
+def _total(entry: Mapping[str, Any], key: str) -> int:
+  return int(sum(v for v in (entry.get(key) or {}).get('values', []) if v is not None))
+
+
+def judge_counts(agg: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """Markdown lines: per policy, episodes (all seeds together) the judge scored
+  and those that got the fallback, for J_judge and MQ. MQ not judged (Base: no
+  long-term memory) reads —."""
+  lines = ['Judged episodes (all seeds): J_judge judged / no answer (0, no call) / '
+           'fallback; MQ judged / fallback:', '',
+           '| policy | J judged | J no answer | J fallback | MQ judged | MQ fallback |',
+           '|---|---|---|---|---|---|']
+  for p, entry in agg.items():
+    mq_asked = _total(entry, 'mq_judged') + _total(entry, 'mq_fallbacks')
+    mq = ([str(_total(entry, 'mq_judged')), str(_total(entry, 'mq_fallbacks'))]
+          if mq_asked else ['—', '—'])
+    lines.append('| ' + ' | '.join(
+        [p, str(_total(entry, 'j_judge_judged')), str(_total(entry, 'j_judge_no_answer')),
+         str(_total(entry, 'judge_fallbacks')), *mq]) + ' |')
+  return lines
+
+
 def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
                    judge_label: Optional[str], num_questions: Mapping[str, Any],
                    seeds: Sequence[int], title: str = 'HotpotQA validation',
@@ -159,6 +181,8 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
     for key, _, scale, dec in metrics:
       cells.append(_fmt(entry.get(key), scale, dec))
     lines.append('| ' + ' | '.join(cells) + ' |')
+  if judge_label:
+    lines += ['', *judge_counts(agg)]
   keys = {key for key, _, _, _ in metrics}
   notes = [text for key, text in COLUMN_NOTES if key in keys]
   if notes:

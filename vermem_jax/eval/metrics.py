@@ -189,7 +189,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     'mq_scored' counts), 'success_rate' (percent), 'progress_rate' (percent, 100 x
     mean progress; None without progress), 'answered_rate' (percent; None when no
     record is a question),
-    'op_mix' ({op: share of decisions}), 'judge_fallbacks', 'mq_fallbacks' (counts)}.
+    'op_mix' ({op: share of decisions}), counts of episodes: 'j_judge_judged' (the
+    judge's own reply), 'j_judge_no_answer' (0 without a call), 'judge_fallbacks',
+    'mq_judged', 'mq_fallbacks'}.
 
   Raises:
     ValueError: no records.
@@ -202,6 +204,13 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                         if r.get(field) is not None])
   out['j_judge_scored'] = sum(r.get('j_judge') is not None for r in records)
   out['mq_scored'] = sum(r.get('mq') is not None for r in records)
+  # What the judge itself scored: a reply it gave (no fallback) on an answer it saw;
+  # an episode without an answer gets J_judge 0 without a call.
+  out['j_judge_judged'] = sum(r.get('judge_fallback') is False
+                              and r.get('answer') is not None for r in records)
+  out['j_judge_no_answer'] = sum(r.get('judge_fallback') is False
+                                 and r.get('answer') is None for r in records)
+  out['mq_judged'] = sum(r.get('mq_fallback') is False for r in records)
   out['success_rate'] = 100.0 * _mean([float(bool(r['success'])) for r in records])
   out['progress_rate'] = (None if out['progress'] is None
                           else 100.0 * out['progress'])

@@ -142,9 +142,9 @@ class BenchmarkSuite:
                   for r in results]
     return records
 
-  def score(self, records: list[dict]) -> None:
+  def score(self, records: list[dict], *, base: bool) -> None:
     """Nothing to add: success and progress came from the environment."""
-    del records
+    del records, base
 
   def meta(self) -> dict[str, Any]:
     return {'benchmark': self.name,

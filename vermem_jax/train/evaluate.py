@@ -120,10 +120,11 @@ class HotpotQASuite:
                   for r in results]
     return records
 
-  def score(self, records: list[dict]) -> None:
-    """Judges (when set) and the success rule, in place."""
+  def score(self, records: list[dict], *, base: bool) -> None:
+    """Judges (when set; no MQ for Base, whose memory is always empty) and the
+    success rule, in place."""
     if self.judge is not None:
-      judges.judge_records(records, self.by_id, self.judge)
+      judges.judge_records(records, self.by_id, self.judge, memory=not base)
     metrics.apply_success_rule(records, self.rule,
                                float(self.config.eval.judge_success_threshold))
 
@@ -200,7 +201,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
             runs += [suite.run(items, policy=make_policy(seed), budget=b, **run_kw)
                      for b in budgets]
           for run in runs:
-            suite.score(run)
+            suite.score(run, base=source.kind == 'base')
             for r in run:
               jsonl.write(json.dumps(r, sort_keys=True) + '\n')
           summary = metrics.summarize(records)

@@ -392,7 +392,9 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   c.eval.judge.fallback = 'zero'       # 'zero' | 'skip' (None); counted either way
   c.eval.judge.checkpoint_path = ''    # local_model: HF Qwen folder
   c.eval.judge.tokenizer_path = ''     # local_model: '' = the run's tokenizer
-  c.eval.judge.max_new_tokens = 8      # decision: one number
+  # decision: a reasoning judge (Qwen3, R1) writes a <think> block before its number;
+  # 8 tokens cut every such reply and each fell back to 0 (issue 23).
+  c.eval.judge.max_new_tokens = 1024
   c.eval.judge.batch_size = 16         # local_model: prompts per generate call
   c.eval.judge.temperature = 0.0       # deterministic judge (paper C.6)
   c.eval.judge.max_section_chars = 12000  # decision: prompt section truncation
