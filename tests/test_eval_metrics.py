@@ -35,6 +35,11 @@ def test_summarize_hand_case():
   assert s['op_mix'] == {'Add': 1 / 8, 'Unparseable': 1 / 8, 'Null': 6 / 8}
   assert s['success_rate'] == 50.0 and s['answered_rate'] == 50.0
   assert s['j_judge'] == pytest.approx(0.45) and s['j_judge_scored'] == 2
+  # Standard errors over the questions: sample std / sqrt(n), by hand for n = 2:
+  # EM (1, 0) -> 0.7071 / 1.4142 = 0.5; TN (100, 300) -> 141.42 / 1.4142 = 100.
+  assert s['em_se'] == pytest.approx(0.5) and s['tn_se'] == pytest.approx(100.0)
+  assert s['success_rate_se'] == pytest.approx(50.0) and s['mq_se'] is None
+  assert metrics.standard_error([0.2]) is None
   assert s['judge_fallbacks'] == 1
   # No judge ran: MQ is absent, never another number.
   assert s['mq'] is None and s['mq_scored'] == 0
@@ -61,11 +66,13 @@ def test_success_rules():
 
 def test_episode_record_from_an_oracle_run(examples):
   ex = examples[0]
-  spec = episodes.build_episode(ex, count_tokens=count, context_budget=100000)
+  # Unbounded context and documents: one observation per passage, all in C.
+  cfg = mexec.ExecutorConfig(context_budget=100000, policy_input_limit=100000,
+                             max_doc_tokens=100000)
+  spec = episodes.build_episode(ex, count_tokens=count, executor_config=cfg)
   oracle = ts.OracleEvidenceReader.from_examples([ex])
   (res,) = episodes.run([spec], episodes.base_policy, oracle, count_tokens=count,
-                        executor_config=mexec.ExecutorConfig(context_budget=100000,
-                                                             policy_input_limit=100000))
+                        executor_config=cfg)
   rec = metrics.episode_record(res, policy='base', seed=42, budget=None)
   # With an unbounded context the oracle answers once both gold passages arrived.
   sup = hotpotqa.supporting_unit_ids(ex)

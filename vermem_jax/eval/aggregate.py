@@ -48,6 +48,9 @@ ABSENT = 'absent'
 # What a column counts, printed under the table for the columns it has (per episode,
 # mean over tasks, then mean ± std over seeds).
 COLUMN_NOTES = (
+    ('success_rate', 'mean ± std over seeds (SE s): s is the standard error over the tasks of '
+           'a seed (sample std / √n; mean over seeds) — differences well inside it are '
+           'noise'),
     ('tn', 'TN: online tokens per episode, input + output of every policy and solver '
            'call'),
     ('tc', 'TC: executed non-null memory-tool calls per episode (the paper\'s TC); '
@@ -122,13 +125,18 @@ def aggregate(per_seed: Mapping[int, Mapping[str, Mapping[str, Any]]], *,
   return out
 
 
-def _fmt(stats: Optional[Mapping[str, Any]], scale: float, decimals: int) -> str:
+def _fmt(stats: Optional[Mapping[str, Any]], scale: float, decimals: int,
+         se: Optional[Mapping[str, Any]] = None) -> str:
+  """'mean ± std over seeds (SE s)': s is the standard error over a seed's
+  questions (mean over seeds), when the summary has one."""
   if not stats or stats.get('mean') is None:
     return '—'
   mean = stats['mean'] * scale
   text = f'{mean:.{decimals}f}'
   if stats.get('std') is not None:
     text += f' ± {stats["std"] * scale:.{decimals}f}'
+  if se and se.get('mean') is not None:
+    text += f' (SE {se["mean"] * scale:.{decimals}f})'
   return text
 
 
@@ -151,6 +159,28 @@ def judge_counts(agg: Mapping[str, Mapping[str, Any]]) -> list[str]:
     lines.append('| ' + ' | '.join(
         [p, str(_total(entry, 'j_judge_judged')), str(_total(entry, 'j_judge_no_answer')),
          str(_total(entry, 'judge_fallbacks')), *mq]) + ' |')
+  return lines
+
+
+RECOVERY_COLUMNS = (('states', 'decision states'),
+                    ('h_only', 'evidence in H only'),
+                    ('h_only_shown', '… visible in x_t'),
+                    ('select_accepted', 'SelectEpisode would be accepted'),
+                    ('gold_h_only', 'gold in H only'),
+                    ('gold_select_accepted', 'gold SelectEpisode accepted'))
+
+
+def recovery_table(agg: Mapping[str, Mapping[str, Any]]) -> list[str]:
+  """Markdown lines: per policy, the `eval.recovery` counts over all seeds (how
+  often a visited state held an observation only in H, and how often restoring the
+  newest one would have been accepted)."""
+  lines = ['Recovery states (all seeds; eval/recovery.py): decision states whose '
+           'newest observation held only in H could be restored by SelectEpisode:', '',
+           '| policy | ' + ' | '.join(h for _, h in RECOVERY_COLUMNS) + ' |',
+           '|' + '|'.join(['---'] * (len(RECOVERY_COLUMNS) + 1)) + '|']
+  for p, entry in agg.items():
+    lines.append('| ' + ' | '.join(
+        [p] + [str(_total(entry, 'recovery_' + k)) for k, _ in RECOVERY_COLUMNS]) + ' |')
   return lines
 
 
@@ -179,10 +209,12 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
   for p, entry in agg.items():
     cells = [p]
     for key, _, scale, dec in metrics:
-      cells.append(_fmt(entry.get(key), scale, dec))
+      cells.append(_fmt(entry.get(key), scale, dec, entry.get(key + '_se')))
     lines.append('| ' + ' | '.join(cells) + ' |')
   if judge_label:
     lines += ['', *judge_counts(agg)]
+  if any(e.get('recovery_states') for e in agg.values()):
+    lines += ['', *recovery_table(agg)]
   keys = {key for key, _, _, _ in metrics}
   notes = [text for key, text in COLUMN_NOTES if key in keys]
   if notes:
@@ -203,7 +235,8 @@ def markdown_table(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
 
 def csv_rows(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
              metrics: Sequence[tuple] = TABLE_METRICS) -> list[dict[str, Any]]:
-  """One row per policy: mean and std of every table metric (unscaled), n seeds."""
+  """One row per policy: mean, std over seeds and standard error over questions (mean
+  over seeds) of every table metric (unscaled), n seeds."""
   rows = []
   for p, entry in agg.items():
     row: dict[str, Any] = {'policy': p, 'solver': solver_label}
@@ -211,6 +244,7 @@ def csv_rows(agg: Mapping[str, Mapping[str, Any]], *, solver_label: str,
       st = entry.get(key) or {}
       row[f'{key}_mean'] = st.get('mean')
       row[f'{key}_std'] = st.get('std')
+      row[f'{key}_se'] = (entry.get(key + '_se') or {}).get('mean')
     row['seeds'] = max((st.get('n', 0) for k, st in entry.items()
                         if isinstance(st, dict) and 'n' in st), default=0)
     rows.append(row)

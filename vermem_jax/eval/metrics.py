@@ -47,6 +47,7 @@ frontier; the HotpotQA fields are optional (None when absent).
 from __future__ import annotations
 
 import collections
+import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from vermem_jax.envs import environment
@@ -60,6 +61,14 @@ SUCCESS_RULES = ('auto', 'em', 'judge')
 MEAN_FIELDS = ('em', 'f1', 'j_judge', 'mq', 'sf_recall', 'tn', 'tn_policy', 'tn_solver',
                'tc', 'rejected_calls', 'unparseable', 'decisions', 'progress',
                'env_steps', 'invalid_actions')
+# Per-episode fields whose standard error over the tasks of a seed `summarize` gives
+# as '<field>_se' (success as 'success_rate_se', in percent): what a table of a few
+# dozen questions can and cannot tell apart.
+SE_FIELDS = ('em', 'f1', 'j_judge', 'mq', 'sf_recall', 'tn', 'tc', 'rejected_calls',
+             'unparseable', 'progress')
+# Summary keys of the summed `eval.recovery` counts: recovery_states,
+# recovery_select_accepted, ...
+RECOVERY_PREFIX = 'recovery_'
 # The op-mix name of a decision whose text is not a command. 'Invalid' is not used:
 # on the interactive benchmarks an invalid action is one the environment refused.
 UNPARSEABLE = 'Unparseable'
@@ -180,6 +189,15 @@ def _mean(values: Sequence[float]) -> Optional[float]:
   return float(sum(values) / len(values)) if values else None
 
 
+def standard_error(values: Sequence[float]) -> Optional[float]:
+  """Standard error of the mean: sample std (ddof=1) / sqrt(n); None for n < 2."""
+  n = len(values)
+  if n < 2:
+    return None
+  mean = sum(values) / n
+  return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   """Means over the records of one policy and seed (module docstring).
 
@@ -191,7 +209,10 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     record is a question),
     'op_mix' ({op: share of decisions}), counts of episodes: 'j_judge_judged' (the
     judge's own reply), 'j_judge_no_answer' (0 without a call), 'judge_fallbacks',
-    'mq_judged', 'mq_fallbacks'}.
+    'mq_judged', 'mq_fallbacks', '<field>_se' for SE_FIELDS and 'success_rate_se'
+    (standard error over the episodes; None below two), and the `eval.recovery`
+    counts summed over the
+    episodes that have them ('recovery_states', 'recovery_select_accepted', ...)}.
 
   Raises:
     ValueError: no records.
@@ -202,6 +223,11 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   for field in MEAN_FIELDS:
     out[field] = _mean([float(r[field]) for r in records
                         if r.get(field) is not None])
+  for field in SE_FIELDS:
+    out[field + '_se'] = standard_error([float(r[field]) for r in records
+                                         if r.get(field) is not None])
+  se = standard_error([100.0 * bool(r['success']) for r in records])
+  out['success_rate_se'] = se
   out['j_judge_scored'] = sum(r.get('j_judge') is not None for r in records)
   out['mq_scored'] = sum(r.get('mq') is not None for r in records)
   # What the judge itself scored: a reply it gave (no fallback) on an answer it saw;
@@ -223,6 +249,9 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     ops.update(r.get('op_counts') or {})
   out['op_mix'] = ({op: n / decisions for op, n in sorted(ops.items())}
                    if decisions else {})
+  with_counts = [r['recovery'] for r in records if r.get('recovery')]
+  for field in (with_counts[0] if with_counts else ()):
+    out[RECOVERY_PREFIX + field] = sum(int(c[field]) for c in with_counts)
   out['judge_fallbacks'] = sum(bool(r.get('judge_fallback')) for r in records)
   out['mq_fallbacks'] = sum(bool(r.get('mq_fallback')) for r in records)
   return out

@@ -38,6 +38,13 @@ from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
+# The op space an earlier phase's policy is evaluated in: the one it was trained on
+# (SPEC §4). θ_C, SFT (trained on all eight targets), Base and outside checkpoints
+# use all seven tools ('C', the paper's protocol).
+PHASE_OP_SPACE = {'phase_a': 'A', 'phase_b': 'B'}
+OP_SPACE_NAMES = {'A': "Phase A's tools (Add, Update, Delete, ∅)",
+                  'B': "Phase B's tools (Retrieve, Filter, SelectEpisode, Summarize, ∅)",
+                  'C': 'all seven tools and ∅ (the paper\'s protocol)'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +54,24 @@ class PolicySource:
   label: str
   kind: str
   where: str = ''
+
+
+def op_space(source: PolicySource) -> str:
+  """'A', 'B' or 'C': the op space `source` is evaluated in (PHASE_OP_SPACE)."""
+  return PHASE_OP_SPACE.get(source.where, 'C') if source.kind == 'phase' else 'C'
+
+
+def tool_set_note(sources: list[PolicySource]) -> str:
+  """The results-table line naming each policy's tool set."""
+  groups: dict[str, list[str]] = {}
+  for s in sources:
+    if s.kind != 'base':
+      groups.setdefault(op_space(s), []).append(s.label)
+  if not groups:
+    return ''
+  return 'Tool sets: ' + '; '.join(
+      f'{", ".join(labels)}: {OP_SPACE_NAMES[space]}'
+      for space, labels in sorted(groups.items(), key=lambda kv: kv[0] != 'C'))
 
 
 def seed_workdir(workdir: str, seed: int) -> str:
