@@ -1,7 +1,8 @@
 r"""Exports a phase's selected checkpoint as a Hugging Face folder (issue 23).
 
     python experiments/export.py --workdir=workdir --phase=phase_c --out=export/phase_c
-    python experiments/export.py --workdir=/runs/vermem --phase=phase_c --out=/ckpt/vermem \
+    python experiments/export.py --workdir=/runs/vermem --phase=phase_c \
+        --out=/ckpt/vermem \
         --config=phase_c.py:scale=paper \
         --config.model.hf_checkpoint=/ckpt/Qwen2.5-7B-Instruct --dtype=bfloat16
 
@@ -54,7 +55,8 @@ def main(argv) -> int:
   del argv
   config = _CONFIG.value
   try:
-    meta = export_lib.export(config, _WORKDIR.value, _PHASE.value, _OUT.value, _DTYPE.value)
+    meta = export_lib.export(config, _WORKDIR.value, _PHASE.value, _OUT.value,
+                             _DTYPE.value)
   except (ValueError, FileNotFoundError, checkpoints.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2

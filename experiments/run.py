@@ -251,7 +251,8 @@ def _run_eval(config: ml_collections.ConfigDict, workdir: str,
     return [config.phase]
   validation.validate_config(config, check_paths=True)
   layout = eval_policies.seed_layout(workdir, [int(s) for s in config.eval.seeds])
-  for wd in layout.workdirs.values():  # a missing checkpoint fails now, not after loading
+  # A missing checkpoint fails now, not after loading.
+  for wd in layout.workdirs.values():
     eval_policies.check_available(
         eval_policies.parse_policies(config.eval.policies, wd), wd)
   validation.check_tokenizer_fits_model(config)

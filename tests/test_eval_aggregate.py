@@ -14,7 +14,8 @@ BUDGETS = [1000, 2000, 3000]
 def _summary(em, tn, curve, j=None):
   return {'n': 4, 'em': em, 'em_se': 0.25, 'f1': em, 'j_judge': j, 'mq': None, 'tn': tn,
           'tc': 1.0,
-          'success_rate': 100 * em, 'rejected_calls': 0.25, 'unparseable': 0.5, 'op_mix': {'Null': 1.0},
+          'success_rate': 100 * em, 'rejected_calls': 0.25, 'unparseable': 0.5,
+          'op_mix': {'Null': 1.0},
           'frontier_curve': curve}
 
 

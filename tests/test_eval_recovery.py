@@ -41,7 +41,7 @@ def _counts(examples, counter, cfg, phase='C'):
 
 
 @pytest.mark.parametrize('budget,limit,local_ids,tokenizer', [
-    (320, 640, True, 'hotpotqa-sp4k'),    # the tiny default (experiments/configs/parts/tiny.py)
+    (320, 640, True, 'hotpotqa-sp4k'),    # the tiny default (configs/parts/tiny.py)
     (2048, 8192, False, 'qwen2.5'),       # the paper's budget and g(s) limit
 ])
 def test_validation_states_offer_an_accepted_recovery_select(validation, budget, limit,

@@ -214,7 +214,8 @@ def test_each_seed_evaluates_its_own_curriculum(tmp_path):
   assert data['meta']['shared_checkpoints'] is False
   infos = data['meta']['policies']['sft']
   assert [(i['seed'], i['step']) for i in infos] == [(42, 3), (43, 5)]
-  assert [i['path'] for i in infos] == [str(root / f'seed_{s}' / 'sft') for s in (42, 43)]
+  assert [i['path'] for i in infos] == [str(root / f'seed_{s}' / 'sft')
+                                        for s in (42, 43)]
   # Two runs, two values per metric: the std is a real one over the two curricula.
   assert res['aggregate']['sft']['tn']['n'] == 2
   assert res['aggregate']['sft']['tn']['std'] is not None

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import jax.numpy as jnp
+import jinja2
 import numpy as np
 import pytest
 
@@ -35,8 +36,6 @@ def test_transformers_logits_equal_ours(exported, random_sft_workdir):
   for name in ('config.json', 'model.safetensors', 'tokenizer.model',
                'tokenizer_config.json', 'vermem_export.json'):
     assert os.path.getsize(os.path.join(out, name)) > 0
-  assert '<|im_start|>' in json.load(open(os.path.join(out, 'tokenizer_config.json')))[
-      'chat_template']
   # Our forward pass at float32 on the restored checkpoint (the reference).
   mc = setup_lib.model_config_from(config).replace(dtype='float32')
   shapes, _ = setup_lib.abstract_train_state(mc, lambda p: (),
@@ -53,17 +52,22 @@ def test_transformers_logits_equal_ours(exported, random_sft_workdir):
   np.testing.assert_allclose(theirs, ours, atol=2e-4, rtol=2e-4)
 
 
-def test_chat_template_renders_the_policy_prompt(exported):
-  from vermem_jax.rl import policy as policy_lib
+def test_tokenizer_and_chat_template_render_the_policy_prompt(exported):
   from vermem_jax import tokenization
+  from vermem_jax.rl import policy as policy_lib
   config, out, _ = exported
   tok = setup_lib.load_tokenizer_for(config)
-  hf_tok = transformers.AutoTokenizer.from_pretrained(out)
-  x = 'STATE BEGIN\nTASK\nquestion: "Who?"\nSTATE END\nCommand:'
-  rendered = hf_tok.apply_chat_template([{'role': 'user', 'content': x}], tokenize=False,
-                                        add_generation_prompt=True)
-  assert rendered == policy_lib.policy_prompt_text(tok, x)
   assert isinstance(tok, tokenization.SentencePieceTokenizer)
+  x = 'STATE BEGIN\nTASK\nquestion: "Who?"\nSTATE END\nCommand:'
+  prompt = policy_lib.policy_prompt_text(tok, x)
+  # The exported SentencePiece model gives the run's ids; its Jinja template (what a
+  # server renders) gives the run's prompt text.
+  copy = tokenization.load_tokenizer(os.path.join(out, 'tokenizer.model'))
+  assert copy.encode(prompt) == tok.encode(prompt)
+  template = json.load(open(os.path.join(out, 'tokenizer_config.json')))['chat_template']
+  rendered = jinja2.Template(template).render(
+      messages=[{'role': 'user', 'content': x}], add_generation_prompt=True)
+  assert rendered == prompt
 
 
 def test_evaluation_accepts_the_export_as_hf(exported, tmp_path):
@@ -82,7 +86,7 @@ def test_evaluation_accepts_the_export_as_hf(exported, tmp_path):
 
 def test_cli_refuses_a_missing_phase(tmp_path):
   out = subprocess.run(
-      [sys.executable, 'experiments/export.py', f'--workdir={tmp_path}', '--phase=phase_c',
-       f'--out={tmp_path}/x'], cwd=REPO, capture_output=True, text=True,
+      [sys.executable, 'experiments/export.py', f'--workdir={tmp_path}',
+       '--phase=phase_c', f'--out={tmp_path}/x'], cwd=REPO, capture_output=True, text=True,
       env=dict(os.environ, PYTHONPATH=REPO))
   assert out.returncode == 2 and 'phase_c' in out.stderr

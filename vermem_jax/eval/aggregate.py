@@ -48,9 +48,9 @@ ABSENT = 'absent'
 # What a column counts, printed under the table for the columns it has (per episode,
 # mean over tasks, then mean ± std over seeds).
 COLUMN_NOTES = (
-    ('success_rate', 'mean ± std over seeds (SE s): s is the standard error over the tasks of '
-           'a seed (sample std / √n; mean over seeds) — differences well inside it are '
-           'noise'),
+    ('success_rate', 'mean ± std over seeds (SE s): s is the standard error over '
+                     'the tasks of a seed (sample std / √n; mean over seeds) — '
+                     'differences well inside it are noise'),
     ('tn', 'TN: online tokens per episode, input + output of every policy and solver '
            'call'),
     ('tc', 'TC: executed non-null memory-tool calls per episode (the paper\'s TC); '

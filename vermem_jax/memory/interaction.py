@@ -57,8 +57,9 @@ def interact(state, task_action, observation, count_tokens, config, *,
     state = st.set_task_state(state, task_state)
   if not observation:
     return state, 0.0
-  return observe(state, observation, count_tokens, config, observation_refs=observation_refs,
-                 step=t + 1, protected=protected, evict_oldest=evict_oldest)
+  return observe(state, observation, count_tokens, config,
+                 observation_refs=observation_refs, step=t + 1, protected=protected,
+                 evict_oldest=evict_oldest)
 
 
 def admission_limit(config, evict_oldest=False):

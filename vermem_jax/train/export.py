@@ -78,7 +78,8 @@ def write_tokenizer(tok, out: str) -> None:
   """Copies the run's tokenizer into `out` with a chat template: an HF folder's files
   as they are (a template is added when the folder has none); a SentencePiece model
   as `tokenizer.model` with a `tokenizer_config.json` naming its special tokens and
-  the ChatML template the policy was trained with."""
+  the ChatML template the policy was trained with (its ids come from sentencepiece,
+  not from a transformers tokenizer class)."""
   path = getattr(tok, 'path', '')
   if os.path.isdir(path):
     for name in TOKENIZER_FILES:
@@ -93,11 +94,12 @@ def write_tokenizer(tok, out: str) -> None:
         json.dump(cfg, f, indent=2)
     return
   shutil.copy2(path, os.path.join(out, 'tokenizer.model'))
-  cfg = {'tokenizer_class': 'LlamaTokenizer', 'add_bos_token': False,
-         'add_eos_token': False, 'add_prefix_space': False, 'legacy': False,
-         'eos_token': tok.decode([tok.eos_token_id]),
+  # No tokenizer_class: transformers' SentencePiece-based classes normalize text
+  # differently and give other ids than `sentencepiece` itself (README).
+  cfg = {'eos_token': tok.decode([tok.eos_token_id]),
          'pad_token': tok.decode([tok.pad_token_id]),
-         'unk_token': tok.sp.IdToPiece(tok.sp.unk_id()),
-         'chat_template': CHATML_TEMPLATE}
+         'chat_template': CHATML_TEMPLATE,
+         'vermem_note': 'encode with sentencepiece (vermem_jax.tokenization); '
+                        'transformers tokenizers give other ids for this model'}
   with open(os.path.join(out, 'tokenizer_config.json'), 'w') as f:
     json.dump(cfg, f, indent=2)
