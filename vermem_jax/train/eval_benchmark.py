@@ -128,16 +128,18 @@ class BenchmarkSuite:
         self.solver.set_plan(iid, plan)
     self.solver.restart()
 
-  def run(self, instances, *, policy, base, budget, label, seed) -> list[dict]:
-    """Records of one policy on `instances`, `eval.batch_size` episodes advancing
-    together (their environments closed after each chunk)."""
+  def run(self, instances, *, policy, base, budget, label, seed, phase='C'
+          ) -> list[dict]:
+    """Records of one policy on `instances` in op space `phase`, `eval.batch_size`
+    episodes advancing together (their environments closed after each chunk)."""
     records = []
     for chunk in evaluate.chunks(instances, self.config.eval.batch_size):
       self._prepare_solver(chunk)
       results = bench_episodes.run_instances(
           self.bench, self.bench_config, chunk, policy, self.solver,
           count_tokens=self.tok.count_tokens, executor_config=self.exec_cfg,
-          max_decisions=self.max_decisions, base=base, token_budget=budget)
+          max_decisions=self.max_decisions, base=base, token_budget=budget,
+          phase=phase)
       records += [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
                   for r in results]
     return records
