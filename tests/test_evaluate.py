@@ -148,7 +148,7 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
   assert all(r['mq'] is None for r in recs if r['policy'] == 'base')
   table = res['table']
   assert 'OpenAI-compatible server' in table and 'DIAGNOSTIC' not in table
-  assert '| base | 0.800 | — |' in table
+  assert '| base | 0.800 (SE 0.000) | — |' in table  # two questions, both 0.8
   # Judged and fallback counts per policy, all seeds together.
   assert '| base | 2 | 0 | 0 | — | — |' in table
   assert '| sft | 2 | 0 | 0 | 0 | 2 |' in table
