@@ -260,19 +260,23 @@ def _run_eval(config: ml_collections.ConfigDict, workdir: str,
     sys.stdout.flush()
     if problem:
       raise ValueError(problem)
-    for seed in config.eval.seeds:
-      wd = eval_policies.seed_workdir(workdir, int(seed))
+    layout = eval_policies.seed_layout(workdir, [int(s) for s in config.eval.seeds])
+    for seed, wd in layout.workdirs.items():
       labels = [p.label for p in eval_policies.parse_policies(config.eval.policies, wd)]
       print(f'plan: evaluate {", ".join(labels)} (seed {seed}, {wd})')
+    if layout.shared:
+      print('plan: the seeds share one set of checkpoints (no seed_<s>/ folders); '
+            'results.md will say so')
     return [config.phase]
   validation.validate_config(config, check_paths=True)
-  for seed in config.eval.seeds:  # a missing checkpoint fails now, not after loading
-    wd = eval_policies.seed_workdir(workdir, int(seed))
+  layout = eval_policies.seed_layout(workdir, [int(s) for s in config.eval.seeds])
+  # A missing checkpoint fails now, not after loading.
+  for wd in layout.workdirs.values():
     eval_policies.check_available(
         eval_policies.parse_policies(config.eval.policies, wd), wd)
   validation.check_tokenizer_fits_model(config)
   if not config.eval.policies and not eval_policies.found_phases(
-      eval_policies.seed_workdir(workdir, int(config.eval.seeds[0]))):
+      layout.workdirs[int(config.eval.seeds[0])]):
     logging.warning('%s holds no phase checkpoint: evaluating Base only', workdir)
   preflight.check_workdir_writable(workdir)
   from vermem_jax.train import evaluate  # pylint: disable=g-import-not-at-top

@@ -248,7 +248,7 @@ def test_eval_config_validates_and_is_greedy(data_dir):
   c = common.get_config('eval_hotpotqa')
   validation.validate_config(c)
   assert c.episodes.op_space == 'C' and c.rl.reference_phase == ''
-  assert c.eval.num_questions == 4 and c.eval.seeds == (42,)  # tiny: a short table
+  assert c.eval.num_questions == 32 and c.eval.seeds == (42,)  # tiny: a short table
   paper = common.get_config('eval_hotpotqa', 'scale=paper')
   assert paper.eval.num_questions == 0 and paper.eval.seeds == (42, 43, 44)
   assert paper.eval.judge.backend == '' and paper.eval.success_rule == 'auto'

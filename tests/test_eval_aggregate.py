@@ -12,8 +12,10 @@ BUDGETS = [1000, 2000, 3000]
 
 
 def _summary(em, tn, curve, j=None):
-  return {'n': 4, 'em': em, 'f1': em, 'j_judge': j, 'mq': None, 'tn': tn, 'tc': 1.0,
-          'success_rate': 100 * em, 'invalid_rate': 0.25, 'op_mix': {'Null': 1.0},
+  return {'n': 4, 'em': em, 'em_se': 0.25, 'f1': em, 'j_judge': j, 'mq': None, 'tn': tn,
+          'tc': 1.0,
+          'success_rate': 100 * em, 'rejected_calls': 0.25, 'unparseable': 0.5,
+          'op_mix': {'Null': 1.0},
           'frontier_curve': curve}
 
 
@@ -56,7 +58,8 @@ def test_single_seed_has_no_std():
   assert agg['base']['em']['std'] is None
   text = aggregate.markdown_table(agg, solver_label='x', judge_label=None,
                                   num_questions={'42': 4}, seeds=[42])
-  assert '25.0 |' in text and '±' not in text.split('Operation mix')[0]
+  table = text.split('\n- ')[0]  # the rows, before the column notes
+  assert '25.0 (SE 25.0) |' in table and '±' not in table
 
 
 def test_tables_and_json_written(tmp_path):
@@ -67,11 +70,13 @@ def test_tables_and_json_written(tmp_path):
       judge_label=None, num_questions={'42': 4, '43': 4}, seeds=[42, 43])
   md = open(paths['md']).read()
   assert label in md and 'J_judge and MQ are absent' in md
-  assert '| base | — | — | 50.0 ± 35.4 |' in md
+  # EM: mean ± std over the two seeds, then the question standard error (0.25).
+  assert '| base | — | — | 50.0 ± 35.4 (SE 25.0) |' in md
+  assert md.count('(SE s): s is the standard error over the tasks') == 1
   assert 'Operation mix' in md
   # Each counted column says what it counts, once, under the table.
-  for text in ('TN: online tokens', 'TC: non-null memory-tool calls',
-               'invalid %: decisions T_m rejected'):
+  for text in ('TN: online tokens', 'TC: executed non-null memory-tool calls',
+               'rejected calls: tool calls', 'unparseable: decisions'):
     assert md.count(text) == 1
   custom = aggregate.markdown_table(agg, solver_label='x', judge_label=None,
                                     num_questions={'42': 4}, seeds=[42],
@@ -81,6 +86,7 @@ def test_tables_and_json_written(tmp_path):
   rows = list(csv.DictReader(open(paths['csv'])))
   assert [r['policy'] for r in rows] == ['base', 'phase_b']
   assert rows[0]['solver'] == label and float(rows[0]['em_mean']) == 0.5
+  assert float(rows[0]['em_se']) == 0.25
   assert rows[0]['j_judge_mean'] == ''
   data = json.load(open(paths['json']))
   assert data['solver'] == label and data['judge'] is None

@@ -40,19 +40,21 @@ _ENV_ITEM = re.compile(r'current environment item "?([^";\s]+)"?;')
 
 class LabelBlindPolicy:
   """Deterministic commands built from x_t alone: Add the current passage's first
-  sentence, then Retrieve with the question, then a malformed command, then ∅.
-  Records every input it is given."""
+  sentence, then a Filter of an id that does not exist (rejected), then a malformed
+  command, then ∅. Records every input it is given."""
 
   def __init__(self):
     self.inputs = []
     self.calls = 0
+    self.seen = {}
 
   def __call__(self, xs):
     self.calls += 1
     self.inputs.extend(xs)
     out = []
     for x in xs:
-      step = int(re.search(r'task state: "passage (\d+) of', x).group(1)) - 1
+      q = json.loads(re.search(r'question: (".*")', x).group(1))
+      step = self.seen[q] = self.seen.get(q, -1) + 1  # this episode's decision index
       m = _ENV_ITEM.search(x)
       if step == 0 and m:
         line = next(l for l in x.splitlines() if l.startswith(f'["{m.group(1)}" '))
@@ -60,8 +62,7 @@ class LabelBlindPolicy:
         sentence = text.split(': ', 1)[1].split('. ')[0]
         out.append(f'Add(content={json.dumps(sentence)}, source_refs=["{m.group(1)}"])')
       elif step == 1:
-        q = json.loads(re.search(r'question: (".*")', x).group(1))
-        out.append(f'Retrieve(query={json.dumps(q)})')
+        out.append('Filter(drop_refs=["c999"])')
       elif step == 2:
         out.append('please store everything')
       else:
@@ -85,32 +86,81 @@ class RecordingLLMSolver(ts.TaskSolver):
     return out
 
 
+def _spec(ex, counter=count, base=False, cfg=CFG, **kw):
+  return episodes.build_episode(ex, count_tokens=counter, executor_config=cfg,
+                                base=base, **kw)
+
+
+def _observations(ex, counter=count, cfg=CFG):
+  return episodes.passage_observations(ex, count_tokens=counter,
+                                       chunk_tokens=cfg.chunk_tokens)
+
+
 def test_episode_layout(examples):
   ex = examples[0]
-  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  spec = _spec(ex)
   s0 = spec.initial_state
   docs = episodes.passages(ex)
-  assert s0.M == () and s0.H == ()  # M_0 and H_0 empty (SPEC §7)
+  obs = _observations(ex)
+  assert s0.M == ()  # M_0 empty (SPEC §7); the first passage is H_0's one event
+  assert [(h.kind, h.text, h.step) for h in s0.H] == [('observation', obs[0].text, 0)]
   assert [it.kind for it in s0.C] == ['instruction', 'observation']
-  assert s0.C[0].protected and s0.C[1].text == docs[0][0]
+  assert s0.C[0].protected and s0.C[1].text == obs[0].text
+  assert docs[0][0].startswith(obs[0].text)  # its first chunk (a long passage)
+  assert s0.C[1].origin == s0.H[0].id  # a copy of the H event: restorable once dropped
   assert s0.env_item_id == s0.C[1].id and s0.q == ex.question
-  assert [o.text for o in spec.observations] == [t for t, _ in docs[1:]]
-  assert spec.max_decisions == len(docs) and spec.answer_from == 0
+  assert [o.text for o in spec.observations] == [o.text for o in obs[1:]]
+  assert spec.max_decisions == len(obs) and spec.answer_from == 0
   assert s0.forbidden == ()  # no reference in the held-out environment
   # Passages in the file's order, titles first, every unit id of the paragraph.
   assert docs[0][0].startswith(ex.context[0].title.split('&')[0])
   assert docs[1][1][0] == hotpotqa.unit_id(ex.context[1].title, 0)
-  assert not spec.evict_oldest_observations
-  assert episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET,
-                                base=True).evict_oldest_observations
+  assert not spec.evict_oldest_observations and spec.phase == 'C'
+  assert _spec(ex, base=True).evict_oldest_observations
+  assert _spec(ex, phase='B').phase == 'B'
+  with pytest.raises(ValueError, match='phase'):
+    _spec(ex, phase='D')
+
+
+def test_long_passages_are_revealed_in_sentence_chunks(examples):
+  """A passage over ExecutorConfig.chunk_tokens enters as consecutive sentence chunks
+  (envs.documents), each within the cap, titled, naming its own units."""
+  cap = CFG.chunk_tokens
+  assert cap == 100  # min(max_doc_tokens 320, budget 400 // 4)
+  for ex in examples:
+    obs = _observations(ex)
+    assert [u for o in obs for u in o.source_refs] == [
+        u for _, refs in episodes.passages(ex) for u in refs]
+    by_title = {}
+    for o in obs:
+      by_title.setdefault(o.text.split(': ', 1)[0], []).append(o)
+    for (text, refs), chunks in zip(episodes.passages(ex), by_title.values()):
+      if count(text) <= cap:
+        assert [c.text for c in chunks] == [text]
+      else:
+        assert len(chunks) > 1
+        assert all(count(c.text) <= cap or len(c.source_refs) == 1 for c in chunks)
+        body = ' '.join(c.text.split(': ', 1)[1] for c in chunks)
+        assert body == text.split(': ', 1)[1]
+        assert all(re.search(r'\(part \d+ of \d+\)', c.task_state) for c in chunks)
+
+
+def test_first_passage_is_kept_in_h_when_it_does_not_fit(examples):
+  ex = examples[0]
+  tiny = mexec.ExecutorConfig(context_budget=40, policy_input_limit=2000)
+  s0 = _spec(ex, cfg=tiny).initial_state
+  # Too long for C_0 (the instruction fills it), but recorded: SelectEpisode can
+  # bring it back once the policy has made room.
+  assert [it.kind for it in s0.C] == ['instruction'] and s0.env_item_id is None
+  assert len(s0.H) == 1 and s0.H[0].kind == 'observation'
 
 
 def test_episode_ends_when_passages_run_out_and_solver_is_told(examples):
   ex = examples[1]
-  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  spec = _spec(ex)
   solver = RecordingLLMSolver()
   (res,) = _run([spec], episodes.base_policy, solver)
-  n = len(episodes.passages(ex))
+  n = len(_observations(ex))
   assert res.num_decisions == n and res.terminated_by == 'answer'
   assert res.final_answer == 'Paris'
   finals = ['No more information will arrive' in m[1]['content'] for m in solver.messages]
@@ -118,8 +168,7 @@ def test_episode_ends_when_passages_run_out_and_solver_is_told(examples):
 
 
 def test_base_issues_no_memory_command_and_keeps_newest_observations(examples):
-  specs = [episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET,
-                                  base=True) for ex in examples]
+  specs = [_spec(ex, base=True) for ex in examples]
   oracle = ts.OracleEvidenceReader.from_examples(examples)
   results = _run(specs, episodes.base_policy, oracle)
   for res in results:
@@ -142,29 +191,39 @@ def test_base_issues_no_memory_command_and_keeps_newest_observations(examples):
 
 def test_vermem_episode_keeps_old_items_and_overflows_to_history(examples):
   ex = examples[0]
-  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  spec = _spec(ex)
   (res,) = _run([spec], episodes.base_policy, RecordingLLMSolver())
   # Without eviction the first passage stays; later passages that do not fit are in H.
   assert res.final_state.C[1].id == spec.initial_state.C[1].id
   assert any(v.kind == 'context_overflow' for d in res.decisions for v in d.violations)
 
 
-def test_tc_ignores_null_and_counts_executed_and_rejected_apart(examples):
+def test_tc_counts_executed_calls_only_rejected_and_unparseable_apart(examples):
   ex = examples[2]
-  spec = episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  spec = _spec(ex)
   policy = LabelBlindPolicy()
   (res,) = _run([spec], policy, RecordingLLMSolver())
   rec = metrics.episode_record(res, policy='scripted', seed=0)
   ops = [d.op for d in res.decisions]
-  assert ops[:3] == ['Add', 'Retrieve', 'Invalid'] and set(ops[3:]) == {'Null'}
-  # The Retrieve would overflow C (the passages fill it): rejected, still a tool call.
+  assert ops[:3] == ['Add', 'Filter', 'Invalid'] and set(ops[3:]) == {'Null'}
+  # The Filter names an id that does not exist: rejected, still a tool call.
   assert res.decisions[0].accepted and not res.decisions[1].accepted
-  assert 'context_overflow' in res.decisions[1].transition_message
-  # Two tool calls (Add, Retrieve); ∅ and the unparseable text are not tool calls.
-  assert rec['tc'] == 2 and rec['tc_executed'] == 1 and rec['tc_rejected'] == 1
-  assert rec['invalid'] == 2 and rec['decisions'] == len(ops)
-  assert rec['op_counts'] == {'Add': 1, 'Invalid': 1, 'Null': len(ops) - 3,
-                              'Retrieve': 1}
+  assert 'c999' in res.decisions[1].transition_message
+  # The paper's TC: executed non-null calls only (the Add). The rejected Retrieve, the
+  # unparseable text and the ∅ decisions each count apart or not at all.
+  executed = sum(d.is_tool_call and d.accepted for d in res.decisions)
+  assert rec['tc'] == executed == 1
+  assert rec['rejected_calls'] == 1 and rec['unparseable'] == 1
+  assert rec['decisions'] == len(ops) and len(ops) > 3
+  assert 'invalid' not in rec and 'tc_executed' not in rec
+  assert rec['op_counts'] == {'Add': 1, metrics.UNPARSEABLE: 1,
+                              'Null': len(ops) - 3, 'Filter': 1}
+  summary = metrics.summarize([rec, metrics.episode_record(
+      _run([spec], episodes.base_policy, RecordingLLMSolver())[0], policy='base',
+      seed=0)])
+  # Base decides ∅ throughout: no call of any kind, so the means halve.
+  assert summary['tc'] == 0.5 and summary['rejected_calls'] == 0.5
+  assert summary['unparseable'] == 0.5
 
 
 def _fake_generate(tok, command):
@@ -184,7 +243,7 @@ def _fake_generate(tok, command):
 def test_tn_equals_a_hand_count_with_prompts_counted_at_every_call(examples, tok):
   from vermem_jax.models import qwen
   ex = examples[3]
-  spec = episodes.build_episode(ex, count_tokens=tok.count_tokens, context_budget=BUDGET)
+  spec = _spec(ex, counter=tok.count_tokens)
   sampler = policy_lib.SamplerPolicy(
       qwen.QwenConfig.preset('tiny'), {}, tok, greedy=True,
       sampling_config=policy_lib.PolicySamplingConfig(max_command_tokens=8),
@@ -224,8 +283,7 @@ def test_no_label_reaches_a_policy_or_llm_solver_input(examples):
   runs = []
   for exs in (examples, [relabel(ex) for ex in examples]):
     for base in (False, True):
-      specs = [episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET,
-                                      base=base) for ex in exs]
+      specs = [_spec(ex, base=base) for ex in exs]
       policy = LabelBlindPolicy()
       solver = RecordingLLMSolver()
       _run(specs, episodes.base_policy if base else policy, solver)
@@ -236,15 +294,15 @@ def test_no_label_reaches_a_policy_or_llm_solver_input(examples):
     texts = policy_inputs + [m['content'] for ms in solver_messages for m in ms]
     assert not any(sentinel in t for t in texts)
   # Every policy call of the scripted run was batched across the live episodes.
-  assert len(runs[0][0]) == sum(len(episodes.passages(ex)) for ex in examples)
+  assert len(runs[0][0]) == sum(len(_observations(ex)) for ex in examples)
 
 
 def test_batched_one_policy_call_per_step(examples):
-  specs = [episodes.build_episode(ex, count_tokens=count, context_budget=BUDGET)
+  specs = [_spec(ex)
            for ex in examples]
   policy = LabelBlindPolicy()
   _run(specs, policy, RecordingLLMSolver())
-  assert policy.calls == max(len(episodes.passages(ex)) for ex in examples)
+  assert policy.calls == max(len(_observations(ex)) for ex in examples)
 
 
 def test_select_questions_fixed_per_seed(examples):

@@ -43,7 +43,7 @@ def make(server, **kw):
 CONV = judges.answer_messages('Who?', 'Ada Lovelace', 'Lovelace')
 
 
-@pytest.mark.parametrize('reply', ['0.7 because it is close', '1.3', 'sleep'])
+@pytest.mark.parametrize('reply', ['between 0.6 and 0.7', '1.3', 'sleep'])
 def test_bad_replies_are_retried_then_fall_back(reply):
   server = _Server([reply])
   try:
@@ -77,7 +77,7 @@ def test_skip_fallback_reports_absent_score():
 
 
 def test_retry_recovers_and_good_replies_parse():
-  server = _Server(['0.7 because', '0.7', ' 1 ', '0.25'])
+  server = _Server(['about seven tenths', '0.7', ' 1 ', '0.25'])
   try:
     judge = make(server, max_concurrency=1)
     out = judge.score([CONV])
@@ -91,15 +91,18 @@ def test_retry_recovers_and_good_replies_parse():
     server.close()
 
 
-@pytest.mark.parametrize('text,value', [('0.7', 0.7), ('1', 1.0), ('0', 0.0),
-                                        ('1.0', 1.0), ('.5', 0.5), ('  0.35\n', 0.35),
-                                        ('<think>hmm 0.2</think>0.9', 0.9)])
+@pytest.mark.parametrize('text,value', [
+    ('0.7', 0.7), ('1', 1.0), ('0', 0.0), ('1.0', 1.0), ('.5', 0.5), ('  0.35\n', 0.35),
+    ('<think>hmm 0.2</think>0.9', 0.9), ('0.7 because it is close', 0.7),
+    ('Score: 0.5.', 0.5), ('<think>\nclose, maybe 0.7 or 0.9\n</think>\n\n0.8', 0.8),
+    ('<think>a</think>The answer matches: 1', 1.0)])
 def test_parse_score_accepts_one_number(text, value):
   assert judges.parse_score(text) == value
 
 
-@pytest.mark.parametrize('text', ['0.7 because', '1.3', '-0.1', '', 'seven', '0.5/1',
-                                  '0.5 0.6', 'Score: 0.5', '1e-1', 'nan'])
+@pytest.mark.parametrize('text', ['1.3', '-0.1', '', 'seven', '0.5/1', '0.5 0.6',
+                                  '1e-1', 'nan', '<think>0.8 seems right',
+                                  '<think>x</think>80%'])
 def test_parse_score_rejects_everything_else(text):
   with pytest.raises(judges.JudgeOutputError):
     judges.parse_score(text)
@@ -140,7 +143,7 @@ def test_local_model_judge_through_the_sampler_interface(qwen25_tokenizer_dir,
     for ids in prompts:
       text = tok.decode(ids)
       assert text.rstrip().endswith('<|im_start|>assistant')
-      reply = '0.6' if 'could not be read' in text else '0.6, roughly'
+      reply = '0.6' if 'could not be read' in text else 'roughly six tenths'
       rows.append(tok.encode(reply) + [tok.eos_token_id])
     toks = np.full((len(rows), max(map(len, rows))), pad_token_id, np.int32)
     for i, r in enumerate(rows):
@@ -154,8 +157,22 @@ def test_local_model_judge_through_the_sampler_interface(qwen25_tokenizer_dir,
                             tokenizer=tok, model_config=qwen.QwenConfig.preset('tiny'),
                             params={})
   assert judge.score([CONV, CONV, CONV]) == [(0.6, False)] * 3
-  assert calls == [(2, 0.0, 8), (1, 0.0, 8), (2, 0.0, 8), (1, 0.0, 8)]
+  assert calls == [(2, 0.0, 1024), (1, 0.0, 1024), (2, 0.0, 1024), (1, 0.0, 1024)]
   assert judge.counters['malformed'] == 3 and judge.counters['fallbacks'] == 0
+
+
+def test_reasoning_judge_over_loopback_scores_after_its_think_block():
+  # A reasoning model's reply: the block holds other numbers, the verdict follows it.
+  server = _Server(['<think>The reference says 1912; the agent wrote 1912 but adds a '
+                    'wrong month, so 0.6 or 0.9?</think>\n0.8'])
+  try:
+    judge = make(server)
+    assert judge.score([CONV]) == [(0.8, False)]
+    assert judge.counters['malformed'] == 0 and judge.counters['fallbacks'] == 0
+    # The request leaves room for the block (paper config: 1,024 new tokens).
+    assert server.requests[0]['body']['max_tokens'] == 1024
+  finally:
+    server.close()
 
 
 def test_judge_records_fills_scores_and_skips_unanswered(hotpotqa_dir):
@@ -180,3 +197,9 @@ def test_judge_records_fills_scores_and_skips_unanswered(hotpotqa_dir):
   units = {u.id: u for u in hotpotqa.evidence_units(ex)}
   assert all(units[u].text.strip() in mq_user for u in sup)
   assert '(no entries)' in seen[2][1]['content']
+  # Base has no long-term memory: MQ is not asked for, and stays absent (None).
+  seen.clear()
+  base = [{'question_id': ex.id, 'answer': 'x', 'final_ltm': []}]
+  judges.judge_records(base, {ex.id: ex}, judge, memory=False)
+  assert base[0]['j_judge'] == 0.8 and base[0].get('mq') is None
+  assert base[0].get('mq_fallback') is None and len(seen) == 1

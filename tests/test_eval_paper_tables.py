@@ -17,7 +17,8 @@ def _hotpotqa(em_final, with_base, judge=None):
   """A HotpotQA results.json: aggregate (Table 5) and per-seed summaries (Table 2)."""
   agg = {'phase_c': {'em': _stats(em_final, 0.01), 'f1': _stats(em_final + 0.1),
                      'j_judge': _stats(judge), 'mq': _stats(None), 'tn': _stats(5000.0),
-                     'tc': _stats(3.0, 0.5), 'invalid_rate': _stats(0.1)}}
+                     'tc': _stats(3.0, 0.5), 'rejected_calls': _stats(0.1),
+                     'unparseable': _stats(0.2)}}
   per_seed = {'42': {'phase_c': {'em': em_final, 'j_judge': judge}}}
   if with_base:
     agg['base'] = {'em': _stats(0.1), 'f1': _stats(0.2), 'j_judge': _stats(judge)}

@@ -5,12 +5,15 @@ import subprocess
 import sys
 
 import chat_server
+import jax
 import pytest
 
 from experiments.configs import common
+from vermem_jax.models import qwen
 from vermem_jax.train import checkpoints
 from vermem_jax.train import eval_policies
 from vermem_jax.train import evaluate
+from vermem_jax.train import setup as setup_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -111,9 +114,10 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
   def respond(n, body):
     msgs = body['messages']
     if 'grade answers' in msgs[0]['content']:
-      return '0.9'
+      # A reasoning judge: other numbers inside the block, the verdict after it.
+      return '<think>Paris is right; 1 city named, 0 errors.</think>\n0.8'
     if 'long-term memory' in msgs[0]['content']:
-      return '0.4 since it is empty'  # malformed: retried, then the fallback
+      return 'no score for you'  # malformed: retried, then the fallback
     user = msgs[1]['content']
     return 'Answer: Paris' if 'No more information' in user else 'Continue'
 
@@ -121,7 +125,7 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
   monkeypatch.setenv('VERMEM_JUDGE_API_KEY', 'k')
   monkeypatch.setenv('VERMEM_SOLVER_API_KEY', 'k')
   try:
-    c = eval_config(tmp_path, policies='base')
+    c = eval_config(tmp_path, policies='base,sft')
     c.eval.judge.backend = 'openai_compatible'
     c.eval.judge.base_url = server.url
     c.eval.judge.model = 'judge'
@@ -133,12 +137,21 @@ def test_judge_and_http_solver_over_loopback(tmp_path, workdir, monkeypatch):
     res = evaluate.run_evaluation(c, workdir)
   finally:
     server.close()
-  base = res['aggregate']['base']
-  assert base['j_judge']['mean'] == pytest.approx(0.9)
-  assert base['mq']['mean'] == 0.0 and base['mq_fallbacks']['mean'] == 2
+  base, sft = res['aggregate']['base'], res['aggregate']['sft']
+  assert base['j_judge']['mean'] == pytest.approx(0.8)
+  assert base['j_judge_judged']['mean'] == 2 and base['judge_fallbacks']['mean'] == 0
+  # Base has no long-term memory: MQ is not judged and reads —, not a score.
+  assert base['mq']['mean'] is None and base['mq_judged']['mean'] == 0
+  assert sft['mq']['mean'] == 0.0 and sft['mq_fallbacks']['mean'] == 2
   recs = _jsonl(res['paths']['jsonl'])
   assert all(r['answer'] == 'Paris' and r['success'] for r in recs)  # judge rule
-  assert 'OpenAI-compatible server' in res['table'] and 'DIAGNOSTIC' not in res['table']
+  assert all(r['mq'] is None for r in recs if r['policy'] == 'base')
+  table = res['table']
+  assert 'OpenAI-compatible server' in table and 'DIAGNOSTIC' not in table
+  assert '| base | 0.800 (SE 0.000) | — |' in table  # two questions, both 0.8
+  # Judged and fallback counts per policy, all seeds together.
+  assert '| base | 2 | 0 | 0 | — | — |' in table
+  assert '| sft | 2 | 0 | 0 | 0 | 2 |' in table
   data = json.load(open(res['paths']['json']))
   assert data['meta']['success_rule'] == 'judge'
   assert data['meta']['judge_counters']['fallbacks'] == 2
@@ -161,6 +174,51 @@ def test_per_seed_workdirs(tmp_path):
   os.makedirs(tmp_path / 'seed_43')
   assert eval_policies.seed_workdir(str(tmp_path), 43) == str(tmp_path / 'seed_43')
   assert eval_policies.seed_workdir(str(tmp_path), 42) == str(tmp_path)
+  # Seed 43 has its own curriculum, seed 42 would silently reuse the top level: refused.
+  with pytest.raises(ValueError, match=r'none for seeds \[42\]'):
+    eval_policies.seed_layout(str(tmp_path), [42, 43])
+  one = eval_policies.seed_layout(str(tmp_path), [43])
+  assert one.workdirs == {43: str(tmp_path / 'seed_43')} and not one.shared
+  shared = eval_policies.seed_layout(str(tmp_path / 'seed_43'), [42, 43])
+  assert shared.shared and set(shared.workdirs.values()) == {str(tmp_path / 'seed_43')}
+  assert shared.note('W', []) == ''  # Base alone: nothing trained is shared
+
+
+def _random_sft_checkpoint(workdir, step, key):
+  c = common.get_config('sft')
+  params = qwen.init_params(setup_lib.model_config_from(c), jax.random.PRNGKey(key))
+  with checkpoints.PhaseCheckpointManager(os.path.join(workdir, 'sft')) as m:
+    m.save(checkpoints.TrainState(step=step, params=params))
+
+
+def test_two_seeds_on_one_set_of_checkpoints_are_labelled_shared(tmp_path, workdir):
+  res = evaluate.run_evaluation(
+      eval_config(tmp_path, policies='base,sft', seeds=(42, 43), num_questions=1),
+      workdir)
+  assert 'Checkpoints: SHARED — seeds 42, 43' in res['table']
+  assert 'the ± of sft covers' in res['table']
+  data = json.load(open(res['paths']['json']))
+  assert data['meta']['shared_checkpoints'] is True
+  assert {i['path'] for i in data['meta']['policies']['sft']} == {
+      os.path.join(workdir, 'sft')}
+
+
+def test_each_seed_evaluates_its_own_curriculum(tmp_path):
+  root = tmp_path / 'sweep'
+  _random_sft_checkpoint(str(root / 'seed_42'), step=3, key=0)
+  _random_sft_checkpoint(str(root / 'seed_43'), step=5, key=1)
+  res = evaluate.run_evaluation(
+      eval_config(tmp_path, policies='sft', seeds=(42, 43), num_questions=1), str(root))
+  assert 'SHARED' not in res['table']
+  data = json.load(open(res['paths']['json']))
+  assert data['meta']['shared_checkpoints'] is False
+  infos = data['meta']['policies']['sft']
+  assert [(i['seed'], i['step']) for i in infos] == [(42, 3), (43, 5)]
+  assert [i['path'] for i in infos] == [str(root / f'seed_{s}' / 'sft')
+                                        for s in (42, 43)]
+  # Two runs, two values per metric: the std is a real one over the two curricula.
+  assert res['aggregate']['sft']['tn']['n'] == 2
+  assert res['aggregate']['sft']['tn']['std'] is not None
 
 
 def _cli(*args):

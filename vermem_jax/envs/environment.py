@@ -43,8 +43,10 @@ Termination (checked in this order after step 4 of decision t):
 The solver input of a decision after which no observation can come (the schedule is
 exhausted or the rollout limit is reached) has `final=True`: the solver must answer
 then (paper C.1: when the passages run out the solver answers).
-Otherwise z_{t+1} = observations[t] enters through T_e. An observation that does not
-fit C's budget stays in H only and its overflow cost is charged to decision t.
+Otherwise z_{t+1} = observations[t] enters through T_e. An observation that T_e does
+not admit into C (it would leave less than `ExecutorConfig.chunk_tokens` of the budget
+free; memory.interaction) stays in H only and its overflow cost is charged to
+decision t.
 A decision's total cost is capped at ExecutorConfig.cost_cap (SPEC §3).
 
 Online tokens (TN, SPEC §7): every policy and solver call's input and output tokens,

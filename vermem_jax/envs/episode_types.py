@@ -97,8 +97,9 @@ class EpisodeSpec:
       or a conflict beside the corrected one). () when nothing stale was planted.
     evict_oldest_observations: T_e makes room for a new observation by dropping the
       oldest unprotected C items (`memory.interact(evict_oldest=True)`): the Base
-      baseline of paper C.4, which has no memory policy. False (every VerMem episode):
-      an observation that does not fit stays in H only.
+      baseline of paper C.4, which has no memory policy, filling C's whole budget.
+      False (every VerMem episode): an observation T_e does not admit (it would leave
+      less than `ExecutorConfig.chunk_tokens` free) stays in H only.
   """
   episode_id: str
   example: Optional[hotpotqa.Example]

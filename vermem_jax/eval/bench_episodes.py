@@ -44,7 +44,7 @@ INSTRUCTION_TEXT = (
 def build_env_episode(env: interactive.InteractiveEnv, *,
                       count_tokens: Callable[[str], int], context_budget: int,
                       max_decisions: int, base: bool = False,
-                      token_budget: Optional[int] = None,
+                      token_budget: Optional[int] = None, phase: str = 'C',
                       episode_id: Optional[str] = None) -> environment.EpisodeSpec:
   """Resets `env` and returns the evaluation episode of its instance (module
   docstring).
@@ -58,10 +58,12 @@ def build_env_episode(env: interactive.InteractiveEnv, *,
       limit: a help command costs a decision, not a step).
     base: the Base baseline's context rule (newest observations that fit).
     token_budget: hard online-token budget (None: unlimited).
+    phase: the policy's op space ('C': all tools; 'A'/'B' for an earlier phase's
+      policy, as `eval.episodes.build_episode`).
     episode_id: defaults to the instance id.
 
   Returns:
-    An EpisodeSpec over the full command space ('C') with `env` set, no HotpotQA
+    An EpisodeSpec over `phase`'s command space with `env` set, no HotpotQA
     example, answer_from = 0.
 
   Raises:
@@ -81,7 +83,7 @@ def build_env_episode(env: interactive.InteractiveEnv, *,
     state = state.evolve(env_item_id=item_id)
   return environment.EpisodeSpec(
       episode_id=episode_id or env.instance_id, example=None, initial_state=state,
-      phase='C', max_decisions=int(max_decisions), token_budget=token_budget,
+      phase=phase, max_decisions=int(max_decisions), token_budget=token_budget,
       family=f'{env.benchmark}_test', answer_from=0,
       answer_context=environment.SOLVER_READS_CONTEXT,
       evict_oldest_observations=bool(base), env=env)
@@ -91,8 +93,8 @@ def run_instances(bench: interactive.Benchmark, bench_config: Any,
                   instances: Sequence[Any], policy: environment.Policy,
                   solver: task_solvers.TaskSolver, *, count_tokens: Callable[[str], int],
                   executor_config: mexec.ExecutorConfig, max_decisions: int,
-                  base: bool = False, token_budget: Optional[int] = None
-                  ) -> list[environment.EpisodeResult]:
+                  base: bool = False, token_budget: Optional[int] = None,
+                  phase: str = 'C') -> list[environment.EpisodeResult]:
   """Runs one episode per instance, all advancing together, and closes their envs.
 
   Args:
@@ -101,7 +103,7 @@ def run_instances(bench: interactive.Benchmark, bench_config: Any,
     policy: batched `x_t list -> PolicyOutput list` (greedy sampler or base_policy).
     solver: an action solver (`envs.action_solvers`).
     count_tokens, executor_config: as `environment.run_episodes`.
-    max_decisions, base, token_budget: as `build_env_episode`.
+    max_decisions, base, token_budget, phase: as `build_env_episode`.
 
   Returns:
     One EpisodeResult per instance, in order.
@@ -114,7 +116,7 @@ def run_instances(bench: interactive.Benchmark, bench_config: Any,
       specs.append(build_env_episode(
           envs[-1], count_tokens=count_tokens,
           context_budget=executor_config.context_budget, max_decisions=max_decisions,
-          base=base, token_budget=token_budget))
+          base=base, token_budget=token_budget, phase=phase))
     return environment.run_episodes(
         specs, policy, solver, count_tokens=count_tokens,
         executor_config=executor_config,

@@ -3,12 +3,16 @@
 One validation (distractor) question is one episode, run through the same memory
 environment and batched episode loop as training (`envs.environment.run_episodes`):
 
-  s_0: M_0 and H_0 empty; C_0 = the (protected) task instruction and the first
-       passage (the initial input); q, the question, is part of the state and shown to
-       policy and solver at every step (SPEC §1, §7). The first passage is therefore
-       in C only: the later ones enter H as observations through T_e, so SelectEpisode
-       can restore them, but not the first one once it has been filtered out.
+  s_0: M_0 empty; C_0 = the (protected) task instruction and the first passage (the
+       initial input); q, the question, is part of the state and shown to policy and
+       solver at every step (SPEC §1, §7). The first passage enters like every later
+       one (`memory.interaction.observe`): recorded in H_0, and in C_0 when T_e's
+       admission rule lets it in, so SelectEpisode can always restore it.
   z_1, z_2, ...: the remaining passages, one per step, in the file's order.
+  Passages enter as the training documents do (`envs.documents`, SPEC §7): one longer
+  than `ExecutorConfig.chunk_tokens` (the tiny scale: 80 tokens) is revealed in
+  sentence chunks, one observation per step, and T_e keeps that much of C free, so a
+  chunk held only in H can be restored as in Phase B's recovery states.
   After each observation the policy takes one memory decision and the task solver
   acts on (q, C̃_t). The episode ends when the solver answers, when the passages have
   run out (the solver's last call is marked `final`: it must answer), or when the
@@ -24,7 +28,12 @@ diagnostic exception.
 Base (paper C.4): the same backbone, solver and context budget, with no memory policy
 and no LTM. `base_policy` answers every decision with ∅ at zero tokens (no policy
 model is called), M stays empty, and the episode's T_e keeps the newest observations
-that fit the budget (`EpisodeSpec.evict_oldest_observations`).
+that fit the budget (`EpisodeSpec.evict_oldest_observations`; no restore room is kept).
+
+Tool set (`build_episode(phase=...)`): θ_C, SFT and outside checkpoints are evaluated
+with all seven tools (the paper's protocol, op space 'C'); an earlier phase's policy
+with the op space it was trained on (Phase A's LTM tools, Phase B's STM tools), and
+the results table says so.
 
 Benchmarks other than HotpotQA plug in by building their own EpisodeSpecs (initial
 state from the benchmark's first observation) and a per-episode success flag; the
@@ -38,12 +47,14 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from vermem_jax.envs import documents
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.scenarios import initial_state as scenario_states
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import interaction
 from vermem_jax.memory import state as mstate
 
 # The training instruction (scenarios): the policy sees the same framing at test time.
@@ -51,18 +62,17 @@ INSTRUCTION_TEXT = scenario_states.INSTRUCTION_TEXT
 # Task-state texts shown in x_t (our wording, the same family as the training ones).
 TASK_STATE_START = 'reading passages; the question is open'
 TASK_STATE_PROGRESS = 'passage {k} of {n} revealed'
+TASK_STATE_PART = 'passage {k} of {n} revealed (part {j} of {m})'
 
 BASE = 'base'
 
 
-def passage_text(paragraph: hotpotqa.Paragraph) -> str:
-  """'Title: sentence sentence ...' (HTML entities of the title unescaped, empty
-  sentences dropped); '' when no sentence has text."""
-  sentences = [s.strip() for s in paragraph.sentences if s.strip()]
-  if not sentences:
-    return ''
+def _passage_parts(paragraph):
+  """(display title, stripped non-empty sentences, their unit ids)."""
   title = html.unescape(paragraph.title).strip() or paragraph.title
-  return f'{title}: ' + ' '.join(sentences)
+  kept = [(s.strip(), hotpotqa.unit_id(paragraph.title, i))
+          for i, s in enumerate(paragraph.sentences) if s.strip()]
+  return title, [s for s, _ in kept], tuple(u for _, u in kept)
 
 
 def passages(example: hotpotqa.Example) -> list[tuple[str, tuple[str, ...]]]:
@@ -71,61 +81,88 @@ def passages(example: hotpotqa.Example) -> list[tuple[str, tuple[str, ...]]]:
   A repeated title is skipped (its ids belong to the first paragraph, as in
   `hotpotqa.evidence_units`), and so is a paragraph without text.
   """
+  return [(documents.chunk_text(title, sentences), refs)
+          for title, sentences, refs in _distinct_passages(example)]
+
+
+def _distinct_passages(example):
   out, seen = [], set()
   for para in example.context:
     if para.title in seen:
       continue
     seen.add(para.title)
-    text = passage_text(para)
-    if text:
-      refs = tuple(hotpotqa.unit_id(para.title, i)
-                   for i, s in enumerate(para.sentences) if s.strip())
-      out.append((text, refs))
+    title, sentences, refs = _passage_parts(para)
+    if sentences:
+      out.append((title, sentences, refs))
+  return out
+
+
+def passage_observations(example: hotpotqa.Example, *, count_tokens: Callable[[str], int],
+                         chunk_tokens: int) -> list[environment.Observation]:
+  """The observations that reveal `example`'s passages, in order (`envs.documents`):
+  a passage of at most `chunk_tokens` tokens is one observation, a longer one its
+  sentence chunks; each names its evidence units and says which passage (and part)
+  it is in its task state.
+
+  Raises:
+    ValueError: the example has no passage with text.
+  """
+  docs = _distinct_passages(example)
+  if not docs:
+    raise ValueError(f'HotpotQA example {example.id!r} has no passage with text')
+  n = len(docs)
+  out = []
+  for k, (title, sentences, refs) in enumerate(docs, 1):
+    groups = documents.sentence_chunks(title, sentences, chunk_tokens, count_tokens)
+    for j, g in enumerate(groups, 1):
+      state = (TASK_STATE_PROGRESS.format(k=k, n=n) if len(groups) == 1 else
+               TASK_STATE_PART.format(k=k, n=n, j=j, m=len(groups)))
+      out.append(environment.Observation(
+          text=documents.chunk_text(title, [sentences[i] for i in g]),
+          source_refs=tuple(refs[i] for i in g), task_state=state))
   return out
 
 
 def build_episode(example: hotpotqa.Example, *, count_tokens: Callable[[str], int],
-                  context_budget: int, base: bool = False,
-                  token_budget: Optional[int] = None,
+                  executor_config: mexec.ExecutorConfig, base: bool = False,
+                  token_budget: Optional[int] = None, phase: str = 'C',
                   episode_id: Optional[str] = None) -> environment.EpisodeSpec:
   """The evaluation episode of one validation question (module docstring).
 
   Args:
     example: a HotpotQA validation example.
     count_tokens: backbone `str -> int` token counter.
-    context_budget: C_t budget in tokens (memory.context_budget); the first passage
-      enters C_0 only if it fits beside the instruction.
+    executor_config: the run's memory settings: context_budget (C_t's budget) and
+      chunk_tokens (how passages are revealed and how much of C T_e keeps free).
     base: the Base baseline's context rule (newest observations that fit).
     token_budget: hard online-token budget of the episode (None: unlimited).
+    phase: the op space the policy acts in: 'C' (all tools; the paper's protocol),
+      'A' or 'B' for a policy of that phase (module docstring).
     episode_id: defaults to the question id.
 
   Returns:
-    An EpisodeSpec over the full command space ('C'), max_decisions = number of
-    passages, answer_from = 0 (the question is posed from the start).
+    An EpisodeSpec over `phase`'s command space, max_decisions = number of
+    observations (the first included), answer_from = 0 (the question is posed from
+    the start).
 
   Raises:
-    ValueError: the example has no passage with text.
+    ValueError: the example has no passage with text; an unknown phase.
   """
-  docs = passages(example)
-  if not docs:
-    raise ValueError(f'HotpotQA example {example.id!r} has no passage with text')
-  n = len(docs)
+  if phase not in ('A', 'B', 'C'):
+    raise ValueError(f"phase must be 'A', 'B' or 'C', got {phase!r}")
+  obs = passage_observations(example, count_tokens=count_tokens,
+                             chunk_tokens=executor_config.chunk_tokens)
   state = mstate.new_state(example.id, example.question, count_tokens,
                            instruction=INSTRUCTION_TEXT, task_state=TASK_STATE_START)
-  text, refs = docs[0]
-  if state.context_tokens() + count_tokens(text) <= context_budget:
-    state, item_id = mstate.add_context(state, mstate.OBSERVATION, text, count_tokens,
-                                        source_refs=refs)
-    state = state.evolve(env_item_id=item_id)
-  state = mstate.set_task_state(state, TASK_STATE_PROGRESS.format(k=1, n=n))
-  observations = tuple(
-      environment.Observation(text=t, source_refs=r,
-                              task_state=TASK_STATE_PROGRESS.format(k=i + 2, n=n))
-      for i, (t, r) in enumerate(docs[1:]))
+  first = obs[0]
+  state, _ = interaction.observe(state, first.text, count_tokens, executor_config,
+                                 observation_refs=first.source_refs, step=0,
+                                 evict_oldest=base)
+  state = mstate.set_task_state(state, first.task_state)
   return environment.EpisodeSpec(
       episode_id=episode_id or example.id, example=example, initial_state=state,
-      observations=observations, phase='C', max_decisions=n, token_budget=token_budget,
-      family='hotpotqa_validation', answer_from=0,
+      observations=tuple(obs[1:]), phase=phase, max_decisions=len(obs),
+      token_budget=token_budget, family='hotpotqa_validation', answer_from=0,
       answer_context=environment.SOLVER_READS_CONTEXT,
       evict_oldest_observations=bool(base))
 

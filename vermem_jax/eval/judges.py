@@ -17,9 +17,12 @@ and 'local_model' (a Flax Qwen checkpoint through the project's sampler,
 `verifiers.local_model.LocalChatGenerator`). '' = no judge: J_judge and MQ are then
 reported as absent, never replaced by another number.
 
-Replies are parsed strictly (`parse_score`): the reply, stripped (a Qwen3 <think>
-block removed), must be one decimal number within [0, 1] — "0.7 because ..." and 1.3
-are malformed. A malformed reply is re-asked with the reason appended; a retryable
+Replies are read as the paper asks (`parse_score`): once a reasoning block
+(<think>…</think>, Qwen3 / DeepSeek-R1 style) is removed, the reply must contain exactly
+one number and it must lie in [0, 1] — "0.7", "Score: 0.7" and "0.7 because ..." give
+0.7; "0.5/1", "0.5 or 0.6", 1.3 and an unclosed reasoning block (the reply limit cut
+it) are malformed. `max_new_tokens` (paper config: 1,024) leaves room for a reasoning
+block before the number. A malformed reply is re-asked with the reason appended; a retryable
 transport failure (timeout, 5xx, refused connection) is re-sent after a backoff of
 `backoff_s * 2**r` seconds. After `max_retries` retries the configured fallback
 applies: 'zero' (score 0.0) or 'skip' (None: left out of the mean); either way the
@@ -72,7 +75,8 @@ RETRY_TEXT = ('Your reply could not be read as a score ({error}). Reply with a s
               'number between 0.0 and 1.0 and nothing else.')
 
 _THINK = re.compile(r'<think>.*?</think>', re.DOTALL)
-_NUMBER = re.compile(r'(?:\d+(?:\.\d*)?|\.\d+)')
+# A signed decimal: '-0.2' is one (out-of-range) number, not 0.2.
+_NUMBER = re.compile(r'[-+]?(?:\d+(?:\.\d*)?|\.\d+)')
 
 
 class JudgeOutputError(ValueError):
@@ -96,7 +100,9 @@ class JudgeConfig:
     fallback: 'zero' or 'skip' once retries are spent (counted either way).
     checkpoint_path: local_model: HF Qwen folder ('' = random weights of `model`, a
       preset name — tests only). tokenizer_path: '' = the run's tokenizer.
-    max_new_tokens: reply limit (a number needs a few tokens; decision: 8).
+    max_new_tokens: reply limit in tokens; a reasoning model writes its <think> block
+      before the number, so this bounds that block too (decision: 1,024 in the
+      paper config; a bare number needs a few tokens).
     batch_size: local_model prompts per generate call.
     temperature: 0 = deterministic (paper C.6).
     max_section_chars: each free-text section of a prompt is cut to this length.
@@ -113,7 +119,7 @@ class JudgeConfig:
   fallback: str = 'zero'
   checkpoint_path: str = ''
   tokenizer_path: str = ''
-  max_new_tokens: int = 8
+  max_new_tokens: int = 1024
   batch_size: int = 16
   temperature: float = 0.0
   max_section_chars: int = 12000
@@ -142,17 +148,32 @@ class JudgeConfig:
 
 
 def parse_score(text: str) -> float:
-  """The score in a judge reply: exactly one decimal number in [0, 1].
+  """The score in a judge reply (paper C.6: a reply containing one number).
+
+  The reasoning blocks (<think>…</think>) are removed; what remains must contain
+  exactly one decimal number (sign included), within [0, 1].
+
+  Args:
+    text: the judge's reply.
+
+  Returns:
+    The score in [0, 1] ('<think>…</think> 0.8' -> 0.8, 'Score: 0.7.' -> 0.7).
 
   Raises:
-    JudgeOutputError: anything else ('0.7 because ...', '1.3', '', 'seven').
+    JudgeOutputError: no number, two or more ('0.5/1', '1e-1'), one outside [0, 1]
+      ('1.3', '-0.1'), or a reasoning block left open (the reply was cut).
   """
   if not isinstance(text, str):
     raise JudgeOutputError(f'reply is {type(text).__name__}, not text')
-  body = _THINK.sub('', text).strip()
-  if not _NUMBER.fullmatch(body):
-    raise JudgeOutputError(f'expected one number, got {body[:60]!r}')
-  value = float(body)
+  body = _THINK.sub('', text)
+  if '<think>' in body:
+    raise JudgeOutputError('the reasoning block is not closed (reply cut at '
+                           'eval.judge.max_new_tokens?)')
+  numbers = _NUMBER.findall(body)
+  if len(numbers) != 1:
+    raise JudgeOutputError(f'expected exactly one number, found {len(numbers)} in '
+                           f'{body.strip()[:60]!r}')
+  value = float(numbers[0])
   if not 0.0 <= value <= 1.0:
     raise JudgeOutputError(f'{value} is outside [0, 1]')
   return value
@@ -306,7 +327,7 @@ def make_judge(config: JudgeConfig, *, tokenizer: Any = None, model_config: Any 
 
 
 def judge_records(records: Sequence[dict], examples: Mapping[str, Any], judge: Judge,
-                  *, max_chars: int = 12000) -> None:
+                  *, max_chars: int = 12000, memory: bool = True) -> None:
   """Fills `j_judge`, `mq`, `judge_fallback`, `mq_fallback` of records in place.
 
   Args:
@@ -314,6 +335,8 @@ def judge_records(records: Sequence[dict], examples: Mapping[str, Any], judge: J
       active terminal LTM contents, are judged).
     examples: question id -> hotpotqa.Example (reference answer, supporting facts).
     judge: the judge.
+    memory: judge MQ. False for a policy without long-term memory (Base, paper C.4):
+      `mq` stays None and is reported as "—", not as the score of an empty memory.
   """
   from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
   answer_convs, answer_idx, memory_convs = [], [], []
@@ -325,6 +348,8 @@ def judge_records(records: Sequence[dict], examples: Mapping[str, Any], judge: J
       answer_convs.append(answer_messages(ex.question, ex.answer, r['answer'],
                                           max_chars=max_chars))
       answer_idx.append(i)
+    if not memory:
+      continue
     units = {u.id: u for u in hotpotqa.evidence_units(ex)}
     facts = [f'{units[u].title}: {units[u].text.strip()}'
              for u in hotpotqa.supporting_unit_ids(ex)]
@@ -333,5 +358,7 @@ def judge_records(records: Sequence[dict], examples: Mapping[str, Any], judge: J
                                         max_chars=max_chars))
   for i, (s, fb) in zip(answer_idx, judge.score(answer_convs) if answer_convs else []):
     records[i]['j_judge'], records[i]['judge_fallback'] = s, fb
+  if not memory:
+    return
   for r, (s, fb) in zip(records, judge.score(memory_convs) if memory_convs else []):
     r['mq'], r['mq_fallback'] = s, fb

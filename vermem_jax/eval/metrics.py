@@ -17,9 +17,14 @@ dict (one JSONL line) that keeps everything a figure needs:
   tn              online tokens (SPEC §7): input + output tokens of every policy and
                   solver call, a prompt re-sent at each call counted each time;
                   also tn_policy and tn_solver;
-  tc              non-null memory-tool calls (∅ excluded; unparseable text names no
-                  tool); tc_executed (accepted) and tc_rejected apart;
-  decisions, invalid (decisions T_m rejected, unparseable included), op_counts;
+  tc              the paper's TC: executed non-null memory-tool calls (a tool call T_m
+                  accepted; ∅ excluded);
+  rejected_calls  tool calls T_m rejected (a parsed command naming a tool whose
+                  arguments, ids or budget failed a check); never in tc;
+  unparseable     decisions whose text is not a command (no known tool, a malformed
+                  argument list); neither tc nor rejected_calls;
+  decisions, op_counts (a tool call under its tool, executed or rejected; a valid ∅
+                  as Null; unparseable text as `UNPARSEABLE`);
   final_ltm       contents of the active terminal LTM entries (what MQ judges);
   success         the benchmark's success flag: HotpotQA `success_flag`; on the
                   interactive benchmarks the environment's own (EpisodeResult.success);
@@ -32,8 +37,8 @@ dict (one JSONL line) that keeps everything a figure needs:
                   (interactive: also the action played and whether it was valid).
 
 `summarize(records)` gives the means over one policy's episodes of one seed:
-EM, F1, J_judge, MQ (None when absent), SF recall, TN, TC (+ executed / rejected),
-invalid rate (rejected / decisions), op mix (share of decisions per op), success rate
+EM, F1, J_judge, MQ (None when absent), SF recall, TN, TC, rejected calls,
+unparseable decisions, op mix (share of decisions per op), success rate
 (percent), progress rate (percent, PR = 100 x mean progress), answered rate, judge
 fallbacks. Any benchmark with a success flag per episode can use `summarize` and the
 frontier; the HotpotQA fields are optional (None when absent).
@@ -42,6 +47,7 @@ frontier; the HotpotQA fields are optional (None when absent).
 from __future__ import annotations
 
 import collections
+import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from vermem_jax.envs import environment
@@ -53,8 +59,19 @@ from vermem_jax.memory import commands
 SUCCESS_RULES = ('auto', 'em', 'judge')
 # Means reported by `summarize` (None entries stay None when no record has a value).
 MEAN_FIELDS = ('em', 'f1', 'j_judge', 'mq', 'sf_recall', 'tn', 'tn_policy', 'tn_solver',
-               'tc', 'tc_executed', 'tc_rejected', 'decisions', 'progress', 'env_steps',
-               'invalid_actions')
+               'tc', 'rejected_calls', 'unparseable', 'decisions', 'progress',
+               'env_steps', 'invalid_actions')
+# Per-episode fields whose standard error over the tasks of a seed `summarize` gives
+# as '<field>_se' (success as 'success_rate_se', in percent): what a table of a few
+# dozen questions can and cannot tell apart.
+SE_FIELDS = ('em', 'f1', 'j_judge', 'mq', 'sf_recall', 'tn', 'tc', 'rejected_calls',
+             'unparseable', 'progress')
+# Summary keys of the summed `eval.recovery` counts: recovery_states,
+# recovery_select_accepted, ...
+RECOVERY_PREFIX = 'recovery_'
+# The op-mix name of a decision whose text is not a command. 'Invalid' is not used:
+# on the interactive benchmarks an invalid action is one the environment refused.
+UNPARSEABLE = 'Unparseable'
 
 
 def solver_seen_evidence(result: environment.EpisodeResult) -> frozenset[str]:
@@ -70,6 +87,14 @@ def supporting_fact_recall(seen: Iterable[str], example: hotpotqa.Example) -> fl
   """|gold ∩ seen| / |gold| over evidence-unit ids; 0.0 without gold units."""
   gold = set(hotpotqa.supporting_unit_ids(example))
   return len(gold & set(seen)) / len(gold) if gold else 0.0
+
+
+def decision_kind(d: environment.DecisionRecord) -> str:
+  """The op-mix name of one decision: its tool when it is a tool call (executed or
+  rejected), 'Null' for an accepted ∅, `UNPARSEABLE` for text that is not a command."""
+  if d.is_tool_call or (d.op == commands.NULL and d.accepted):
+    return d.op
+  return UNPARSEABLE
 
 
 def decision_row(d: environment.DecisionRecord) -> dict[str, Any]:
@@ -110,12 +135,9 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
             'progress': float(result.progress), 'env_steps': int(result.env_steps),
             'invalid_actions': sum(d.env_step is not None and not d.env_step.info.get(
                 'valid', True) for d in result.decisions)}
-  # The mix matches TC: a tool call (executed or rejected) under its tool, a valid ∅ as
-  # Null, and text that does not parse as a command as Invalid, whatever name it starts
-  # with.
-  ops = collections.Counter(
-      d.op if d.is_tool_call or (d.op == commands.NULL and d.accepted)
-      else commands.INVALID_OP for d in result.decisions)
+  # A tool call (executed or rejected) under its tool, a valid ∅ as Null, and text
+  # that does not parse as a command as Unparseable, whatever name it starts with.
+  ops = collections.Counter(decision_kind(d) for d in result.decisions)
   return {
       **task, 'episode_id': result.spec.episode_id, 'policy': policy,
       'seed': int(seed), 'budget': budget, 'answer': answer,
@@ -124,11 +146,10 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
       'tn': result.online_tokens,
       'tn_policy': result.policy_input_tokens + result.policy_output_tokens,
       'tn_solver': result.solver_input_tokens + result.solver_output_tokens,
-      # EpisodeResult.tool_calls counts executed calls only (the online cost's count).
-      'tc': result.tool_calls + result.rejected_tool_calls,
-      'tc_executed': result.tool_calls, 'tc_rejected': result.rejected_tool_calls,
+      # EpisodeResult.tool_calls counts executed non-null calls: the paper's TC.
+      'tc': result.tool_calls, 'rejected_calls': result.rejected_tool_calls,
+      'unparseable': ops.get(UNPARSEABLE, 0),
       'decisions': result.num_decisions,
-      'invalid': sum(not d.accepted for d in result.decisions),
       'op_counts': dict(sorted(ops.items())),
       'final_ltm': [e.content for e in result.final_state.active_entries()],
       'steps': [decision_row(d) for d in result.decisions],
@@ -168,6 +189,15 @@ def _mean(values: Sequence[float]) -> Optional[float]:
   return float(sum(values) / len(values)) if values else None
 
 
+def standard_error(values: Sequence[float]) -> Optional[float]:
+  """Standard error of the mean: sample std (ddof=1) / sqrt(n); None for n < 2."""
+  n = len(values)
+  if n < 2:
+    return None
+  mean = sum(values) / n
+  return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   """Means over the records of one policy and seed (module docstring).
 
@@ -177,8 +207,12 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     'mq_scored' counts), 'success_rate' (percent), 'progress_rate' (percent, 100 x
     mean progress; None without progress), 'answered_rate' (percent; None when no
     record is a question),
-    'invalid_rate' (rejected decisions / decisions), 'op_mix' ({op: share of
-    decisions}), 'judge_fallbacks', 'mq_fallbacks' (counts)}.
+    'op_mix' ({op: share of decisions}), counts of episodes: 'j_judge_judged' (the
+    judge's own reply), 'j_judge_no_answer' (0 without a call), 'judge_fallbacks',
+    'mq_judged', 'mq_fallbacks', '<field>_se' for SE_FIELDS and 'success_rate_se'
+    (standard error over the episodes; None below two), and the `eval.recovery`
+    counts summed over the
+    episodes that have them ('recovery_states', 'recovery_select_accepted', ...)}.
 
   Raises:
     ValueError: no records.
@@ -189,8 +223,20 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   for field in MEAN_FIELDS:
     out[field] = _mean([float(r[field]) for r in records
                         if r.get(field) is not None])
+  for field in SE_FIELDS:
+    out[field + '_se'] = standard_error([float(r[field]) for r in records
+                                         if r.get(field) is not None])
+  se = standard_error([100.0 * bool(r['success']) for r in records])
+  out['success_rate_se'] = se
   out['j_judge_scored'] = sum(r.get('j_judge') is not None for r in records)
   out['mq_scored'] = sum(r.get('mq') is not None for r in records)
+  # What the judge itself scored: a reply it gave (no fallback) on an answer it saw;
+  # an episode without an answer gets J_judge 0 without a call.
+  out['j_judge_judged'] = sum(r.get('judge_fallback') is False
+                              and r.get('answer') is not None for r in records)
+  out['j_judge_no_answer'] = sum(r.get('judge_fallback') is False
+                                 and r.get('answer') is None for r in records)
+  out['mq_judged'] = sum(r.get('mq_fallback') is False for r in records)
   out['success_rate'] = 100.0 * _mean([float(bool(r['success'])) for r in records])
   out['progress_rate'] = (None if out['progress'] is None
                           else 100.0 * out['progress'])
@@ -198,13 +244,14 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
   out['answered_rate'] = (100.0 * _mean([float(r.get('answer') is not None)
                                          for r in questions]) if questions else None)
   decisions = sum(int(r.get('decisions', 0)) for r in records)
-  out['invalid_rate'] = (sum(int(r.get('invalid', 0)) for r in records) / decisions
-                         if decisions else None)
   ops = collections.Counter()
   for r in records:
     ops.update(r.get('op_counts') or {})
   out['op_mix'] = ({op: n / decisions for op, n in sorted(ops.items())}
                    if decisions else {})
+  with_counts = [r['recovery'] for r in records if r.get('recovery')]
+  for field in (with_counts[0] if with_counts else ()):
+    out[RECOVERY_PREFIX + field] = sum(int(c[field]) for c in with_counts)
   out['judge_fallbacks'] = sum(bool(r.get('judge_fallback')) for r in records)
   out['mq_fallbacks'] = sum(bool(r.get('mq_fallback')) for r in records)
   return out

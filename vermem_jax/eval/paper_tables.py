@@ -13,7 +13,8 @@ them and builds:
                   (`eval.table2`: absent benchmarks and J_judge without a judge read
                   "absent", never another number).
   Table-5-style   one row per advantage mode (the reward-function ablation on
-                  HotpotQA): J_judge, TN, MQ, TC (with EM, F1 and the invalid rate).
+                  HotpotQA): J_judge, TN, MQ, TC (with EM, F1, rejected calls and
+                  unparseable decisions per episode).
 
 Both tables state the task solvers (stand-ins marked as such).
 """
@@ -79,8 +80,8 @@ def table5_markdown(by_mode: Mapping[str, Mapping[str, Any]], *,
   """Table-5-style Markdown: the reward-function ablation, one row per mode."""
   lines = ['### Table 5 style: reward ablation on HotpotQA (mean ± std over seeds)', '',
            _solver_line(by_mode), _judge_line(by_mode), '',
-           '| reward | J_judge | TN | MQ | TC | EM % | F1 % | invalid % |',
-           '|---|---|---|---|---|---|---|---|']
+           '| reward | J_judge | TN | MQ | TC | EM % | F1 % | rejected calls | unparseable |',
+           '|---|---|---|---|---|---|---|---|---|']
   for name, e in table_rows(by_mode, final_phase):
     if name == 'Base':
       continue
@@ -88,7 +89,8 @@ def table5_markdown(by_mode: Mapping[str, Mapping[str, Any]], *,
         f'| {name} | {_cell(e.get("j_judge"), 1.0, 3)} | {_cell(e.get("tn"), 1.0, 0)} | '
         f'{_cell(e.get("mq"), 1.0, 3)} | {_cell(e.get("tc"), 1.0, 2)} | '
         f'{_cell(e.get("em"), 100.0, 1)} | {_cell(e.get("f1"), 100.0, 1)} | '
-        f'{_cell(e.get("invalid_rate"), 100.0, 1)} |')
+        f'{_cell(e.get("rejected_calls"), 1.0, 2)} | '
+        f'{_cell(e.get("unparseable"), 1.0, 2)} |')
   return '\n'.join(lines) + '\n'
 
 

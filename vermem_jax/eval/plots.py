@@ -24,8 +24,9 @@ BAR_METRICS = (
     ('success_rate', 'success rate (%)', 1.0),
     ('progress_rate', 'progress rate (%)', 1.0),
     ('tn', 'TN (online tokens / episode)', 1.0),
-    ('tc', 'TC (tool calls / episode)', 1.0),
-    ('invalid_rate', 'invalid commands (%)', 100.0),
+    ('tc', 'TC (executed tool calls / episode)', 1.0),
+    ('rejected_calls', 'rejected tool calls / episode', 1.0),
+    ('unparseable', 'unparseable decisions / episode', 1.0),
 )
 
 

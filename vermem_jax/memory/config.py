@@ -15,6 +15,22 @@ VIOLATION_KINDS = ('parse', 'unknown_tool', 'bad_argument', 'missing_id',
                    'leakage', 'op_not_allowed')
 
 
+def document_chunk_tokens(context_budget, max_doc_tokens):
+  """The most tokens one document observation may have: `max_doc_tokens`, and at
+  most a quarter of C's budget, so several documents and the room to restore one
+  fit together (SPEC §7 decision: one rule for how a document enters the
+  environment, used by the phase generators and the evaluation).
+
+  Args:
+    context_budget: C_t's budget (tokens).
+    max_doc_tokens: the configured document cap (tokens).
+
+  Returns:
+    int >= 1 (tokens).
+  """
+  return max(1, min(int(max_doc_tokens), int(context_budget) // 4))
+
+
 @dataclasses.dataclass(frozen=True)
 class ExecutorConfig:
   """Configuration of T_m / T_e / g(s).
@@ -23,6 +39,12 @@ class ExecutorConfig:
     phase: curriculum phase 'A' | 'B' | 'C'; selects the operation subspace.
     allowed_ops: explicit op names overriding the phase subspace (None: PHASE_OPS).
     context_budget: token budget of C_t (SPEC §1 decision: 2,048 tokens).
+    max_doc_tokens: document cap (SPEC §7 decision, `chunk_tokens`): a document
+      longer than `chunk_tokens` enters the environment in sentence chunks, each its
+      own observation, and T_e admits an observation into C only while C keeps
+      `chunk_tokens` free, so any chunk held only in H can be restored by
+      SelectEpisode (memory.interaction). The config ties it to
+      `episodes.max_doc_tokens`, the phase generators' cap.
     retrieve_top_k: Retrieve results (SPEC §2 decision: top-k = 3).
     policy_input_limit: token limit of x_t = g(s_t) (SPEC §1: 8,192).
     policy_view_shares: (M, C, H) shares of g(s)'s remaining tokens when the views
@@ -47,6 +69,7 @@ class ExecutorConfig:
   phase: str = 'C'
   allowed_ops: tuple | None = None
   context_budget: int = 2048
+  max_doc_tokens: int = 320
   retrieve_top_k: int = 3
   policy_input_limit: int = 8192
   policy_view_shares: tuple = (0.25, 0.45, 0.30)
@@ -87,7 +110,8 @@ class ExecutorConfig:
       raise ValueError('ExecutorConfig.policy_view_shares must be 3 non-negative '
                        f'fractions summing to at most 1, got {self.policy_view_shares!r}')
     object.__setattr__(self, 'policy_view_shares', shares)
-    for name in ('context_budget', 'policy_input_limit', 'max_command_chars',
+    for name in ('context_budget', 'max_doc_tokens', 'policy_input_limit',
+                 'max_command_chars',
                  'history_command_max_chars'):
       if int(getattr(self, name)) <= 0:
         raise ValueError(f'ExecutorConfig.{name} must be positive, got '
@@ -98,6 +122,12 @@ class ExecutorConfig:
     for kind in VIOLATION_KINDS + ('cap',):
       if float(getattr(self, 'cost_' + kind)) < 0:
         raise ValueError(f'ExecutorConfig.cost_{kind} must be >= 0')
+
+  @property
+  def chunk_tokens(self):
+    """Tokens of the largest document observation, and the room T_e keeps free in
+    C for a restore (`document_chunk_tokens`)."""
+    return document_chunk_tokens(self.context_budget, self.max_doc_tokens)
 
   @property
   def ops(self):

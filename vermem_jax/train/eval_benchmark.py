@@ -40,9 +40,8 @@ TABLE_METRICS = (
     ('progress_rate', 'PR %', 1.0, 1),
     ('tn', 'TN', 1.0, 0),
     ('tc', 'TC', 1.0, 2),
-    ('tc_executed', 'TC exec', 1.0, 2),
-    ('tc_rejected', 'TC rej', 1.0, 2),
-    ('invalid_rate', 'invalid %', 100.0, 1),
+    ('rejected_calls', 'rejected calls', 1.0, 2),
+    ('unparseable', 'unparseable', 1.0, 2),
     ('decisions', 'decisions', 1.0, 1),
     ('env_steps', 'actions', 1.0, 1),
     ('invalid_actions', 'invalid actions', 1.0, 1),
@@ -129,23 +128,25 @@ class BenchmarkSuite:
         self.solver.set_plan(iid, plan)
     self.solver.restart()
 
-  def run(self, instances, *, policy, base, budget, label, seed) -> list[dict]:
-    """Records of one policy on `instances`, `eval.batch_size` episodes advancing
-    together (their environments closed after each chunk)."""
+  def run(self, instances, *, policy, base, budget, label, seed, phase='C'
+          ) -> list[dict]:
+    """Records of one policy on `instances` in op space `phase`, `eval.batch_size`
+    episodes advancing together (their environments closed after each chunk)."""
     records = []
     for chunk in evaluate.chunks(instances, self.config.eval.batch_size):
       self._prepare_solver(chunk)
       results = bench_episodes.run_instances(
           self.bench, self.bench_config, chunk, policy, self.solver,
           count_tokens=self.tok.count_tokens, executor_config=self.exec_cfg,
-          max_decisions=self.max_decisions, base=base, token_budget=budget)
+          max_decisions=self.max_decisions, base=base, token_budget=budget,
+          phase=phase)
       records += [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
                   for r in results]
     return records
 
-  def score(self, records: list[dict]) -> None:
+  def score(self, records: list[dict], *, base: bool) -> None:
     """Nothing to add: success and progress came from the environment."""
-    del records
+    del records, base
 
   def meta(self) -> dict[str, Any]:
     return {'benchmark': self.name,

@@ -11,9 +11,12 @@ curriculum phase that holds a checkpoint in the workdir, in curriculum order. En
   hf:/path/to/folder   a Hugging Face Qwen folder (config.json + safetensors)
   NAME=<entry>         the same with a label of your choice (e.g. qwen7b=hf:/ckpt/q)
 
-Per-seed runs: when the workdir holds `seed_<s>/` folders (the sweep driver's layout),
-seed s evaluates the checkpoints in `seed_<s>/`; otherwise every seed evaluates the
-workdir's own.
+Per-seed runs (`seed_layout`): when the workdir holds `seed_<s>/` folders (the sweep
+driver's layout), seed s evaluates the checkpoints in `seed_<s>/`: one curriculum per
+seed, so the ± over seeds covers training. Without them every seed evaluates the
+workdir's own checkpoints; with several seeds the results table then says that the
+seeds share one set of checkpoints (their ± covers only the seeds' question draws).
+A workdir holding some seeds' folders but not others is refused.
 """
 
 from __future__ import annotations
@@ -35,6 +38,13 @@ from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
+# The op space an earlier phase's policy is evaluated in: the one it was trained on
+# (SPEC §4). θ_C, SFT (trained on all eight targets), Base and outside checkpoints
+# use all seven tools ('C', the paper's protocol).
+PHASE_OP_SPACE = {'phase_a': 'A', 'phase_b': 'B'}
+OP_SPACE_NAMES = {'A': "Phase A's tools (Add, Update, Delete, ∅)",
+                  'B': "Phase B's tools (Retrieve, Filter, SelectEpisode, Summarize, ∅)",
+                  'C': 'all seven tools and ∅ (the paper\'s protocol)'}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +56,67 @@ class PolicySource:
   where: str = ''
 
 
+def op_space(source: PolicySource) -> str:
+  """'A', 'B' or 'C': the op space `source` is evaluated in (PHASE_OP_SPACE)."""
+  return PHASE_OP_SPACE.get(source.where, 'C') if source.kind == 'phase' else 'C'
+
+
+def tool_set_note(sources: list[PolicySource]) -> str:
+  """The results-table line naming each policy's tool set."""
+  groups: dict[str, list[str]] = {}
+  for s in sources:
+    if s.kind != 'base':
+      groups.setdefault(op_space(s), []).append(s.label)
+  if not groups:
+    return ''
+  return 'Tool sets: ' + '; '.join(
+      f'{", ".join(labels)}: {OP_SPACE_NAMES[space]}'
+      for space, labels in sorted(groups.items(), key=lambda kv: kv[0] != 'C'))
+
+
 def seed_workdir(workdir: str, seed: int) -> str:
   """`<workdir>/seed_<seed>` when it exists (sweep layout), else `workdir`."""
   d = os.path.join(workdir, f'seed_{seed}')
   return d if os.path.isdir(d) else workdir
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedLayout:
+  """Where each seed's checkpoints are.
+
+  Attributes:
+    workdirs: seed -> the workdir its phase checkpoints are read from.
+    shared: several seeds read one workdir's checkpoints (no `seed_<s>/` folders).
+  """
+  workdirs: dict
+  shared: bool
+
+  def note(self, workdir: str, policies: list[str]) -> str:
+    """The results-table line saying that the seeds share checkpoints ('' when they
+    do not, or when no trained policy is evaluated)."""
+    if not self.shared or not policies:
+      return ''
+    seeds = ', '.join(str(s) for s in self.workdirs)
+    return (f'Checkpoints: SHARED — seeds {seeds} all evaluate the checkpoints of '
+            f'{workdir} (no seed_<s>/ folders), so the ± of {", ".join(policies)} '
+            'covers the seeds\' question draws only, not training runs '
+            '(experiments/sweep.py trains one curriculum per seed).')
+
+
+def seed_layout(workdir: str, seeds: list[int]) -> SeedLayout:
+  """The workdir of each seed (module docstring).
+
+  Raises:
+    ValueError: some seeds have a `seed_<s>/` folder and others do not (naming them).
+  """
+  own = {s: os.path.isdir(os.path.join(workdir, f'seed_{s}')) for s in seeds}
+  if any(own.values()) and not all(own.values()):
+    missing = [s for s, ok in own.items() if not ok]
+    raise ValueError(f'{workdir} holds seed_<s>/ folders but none for seeds {missing}: '
+                     'each seed evaluates its own curriculum\'s checkpoints; train '
+                     'those seeds or set config.eval.seeds to the seeds present')
+  return SeedLayout({s: seed_workdir(workdir, s) for s in seeds},
+                    shared=len(seeds) > 1 and not any(own.values()))
 
 
 def found_phases(workdir: str) -> list[str]:

@@ -48,6 +48,7 @@ from vermem_jax.eval import frontier
 from vermem_jax.eval import judges
 from vermem_jax.eval import metrics
 from vermem_jax.eval import plots
+from vermem_jax.eval import recovery
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.train import eval_policies
 from vermem_jax.train import setup as setup_lib
@@ -105,25 +106,31 @@ class HotpotQASuite:
     return episodes.select_questions(self.examples, int(self.config.eval.num_questions),
                                      seed)
 
-  def run(self, questions, *, policy, base, budget, label, seed) -> list[dict]:
-    """Records of one policy on `questions`, `eval.batch_size` episodes advancing
-    together; each chunk's episode results are dropped once recorded."""
+  def run(self, questions, *, policy, base, budget, label, seed, phase='C'
+          ) -> list[dict]:
+    """Records of one policy on `questions` in op space `phase`, `eval.batch_size`
+    episodes advancing together; each chunk's episode results are dropped once
+    recorded (each record keeps its `eval.recovery` counts)."""
     records = []
+    count = self.tok.count_tokens
     for chunk in chunks(questions, self.config.eval.batch_size):
-      specs = [episodes.build_episode(ex, count_tokens=self.tok.count_tokens,
-                                      context_budget=self.exec_cfg.context_budget,
-                                      base=base, token_budget=budget) for ex in chunk]
-      results = episodes.run(specs, policy, self.solver,
-                             count_tokens=self.tok.count_tokens,
+      specs = [episodes.build_episode(ex, count_tokens=count,
+                                      executor_config=self.exec_cfg, base=base,
+                                      token_budget=budget, phase=phase)
+               for ex in chunk]
+      results = episodes.run(specs, policy, self.solver, count_tokens=count,
                              executor_config=self.exec_cfg)
-      records += [metrics.episode_record(r, policy=label, seed=seed, budget=budget)
-                  for r in results]
+      for r in results:
+        rec = metrics.episode_record(r, policy=label, seed=seed, budget=budget)
+        rec['recovery'] = recovery.recovery_counts(r, count, self.exec_cfg)
+        records.append(rec)
     return records
 
-  def score(self, records: list[dict]) -> None:
-    """Judges (when set) and the success rule, in place."""
+  def score(self, records: list[dict], *, base: bool) -> None:
+    """Judges (when set; no MQ for Base, whose memory is always empty) and the
+    success rule, in place."""
     if self.judge is not None:
-      judges.judge_records(records, self.by_id, self.judge)
+      judges.judge_records(records, self.by_id, self.judge, memory=not base)
     metrics.apply_success_rule(records, self.rule,
                                float(self.config.eval.judge_success_threshold))
 
@@ -172,6 +179,8 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   # Written beside and moved into place once every policy has run: an evaluation that
   # fails part-way (e.g. on a corrupt checkpoint) leaves the previous results whole.
   partial_path = jsonl_path + '.partial'
+  layout = eval_policies.seed_layout(workdir, seeds)
+  sources: dict[str, eval_policies.PolicySource] = {}
   per_seed: dict[int, dict[str, dict]] = {}
   infos: dict[str, list] = {}
   timings: dict[str, float] = {}
@@ -180,18 +189,20 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   try:
     with open(partial_path, 'w') as jsonl:
       for seed in seeds:
-        wd = eval_policies.seed_workdir(workdir, seed)
+        wd = layout.workdirs[seed]
         items = suite.items(seed)
         num_items[str(seed)] = len(items)
         per_seed[seed] = {}
         for source in eval_policies.parse_policies(ev.policies, wd):
+          sources.setdefault(source.label, source)
           key = (source, wd if source.kind == 'phase' else '')
           if key not in loaded:
             loaded[key] = eval_policies.load_policy(source, config, wd, tok=tok,
                                                     mesh=mesh)
           make_policy, info = loaded[key]
           infos.setdefault(source.label, []).append(dict(info, seed=seed))
-          run_kw = dict(base=source.kind == 'base', label=source.label, seed=seed)
+          run_kw = dict(base=source.kind == 'base', label=source.label, seed=seed,
+                        phase=eval_policies.op_space(source))
           t1 = time.time()
           records = suite.run(items, policy=make_policy(seed), budget=None, **run_kw)
           runs = [records]
@@ -199,7 +210,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
             runs += [suite.run(items, policy=make_policy(seed), budget=b, **run_kw)
                      for b in budgets]
           for run in runs:
-            suite.score(run)
+            suite.score(run, base=source.kind == 'base')
             for r in run:
               jsonl.write(json.dumps(r, sort_keys=True) + '\n')
           summary = metrics.summarize(records)
@@ -225,7 +236,14 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                             target_success=float(ev.target_success),
                             target_budget=float(ev.target_budget))
   wall = time.time() - t0
+  trained = [label for label, info in infos.items() if info[0]['kind'] == 'phase']
+  checkpoint_note = layout.note(os.path.abspath(workdir), trained)
   meta = {'workdir': os.path.abspath(workdir), 'config': config.phase,
+          'seed_workdirs': {str(s): os.path.abspath(w)
+                            for s, w in layout.workdirs.items()},
+          'shared_checkpoints': bool(checkpoint_note),
+          'op_spaces': {label: eval_policies.op_space(src)
+                        for label, src in sources.items()},
           'policies': infos, 'budgets': budgets,
           'target_success': float(ev.target_success),
           'target_budget': float(ev.target_budget),
@@ -238,7 +256,11 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                                   judge_label=suite.judge_label,
                                   num_questions=num_items, seeds=seeds, title=suite.title,
                                   metrics=suite.table_metrics,
-                                  judge_text=suite.judge_text)
+                                  judge_text=suite.judge_text,
+                                  notes=[n for n in (
+                                      checkpoint_note,
+                                      eval_policies.tool_set_note(list(sources.values())))
+                                         if n])
   paths['jsonl'] = jsonl_path
   # A figure copied out of the workdir keeps the solver caveat (the part of the label
   # before its explanation: 'oracle-evidence reader — DIAGNOSTIC stand-in, not an LLM').

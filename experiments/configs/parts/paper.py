@@ -83,6 +83,11 @@ def _memory(c: ml_collections.ConfigDict) -> None:
   # Keys = memory.ExecutorConfig fields (its phase comes from episodes.op_space).
   c.memory = ml_collections.ConfigDict()
   c.memory.context_budget = 2048       # SPEC §1 decision: C_t budget in tokens
+  # SPEC §7 decision: a document longer than min(this, context_budget // 4) tokens
+  # enters the environment in sentence chunks, each its own observation, and T_e keeps
+  # that much of C free for a restore (memory.interaction); the phase generators
+  # share the number (episodes.max_doc_tokens).
+  c.memory.max_doc_tokens = 320
   # SPEC §1: g(s) at most 8,192 tokens. A reference: the bucket fields derive from it.
   c.memory.policy_input_limit = ml_collections.FieldReference(8192)
   c.memory.retrieve_top_k = 3          # SPEC §2 decision: BM25 top-k
@@ -345,7 +350,7 @@ def _episodes(c: ml_collections.ConfigDict) -> None:
   c.episodes.fill_min = 0.5            # decision: Phase B C_0 fills 50–80% of budget
   c.episodes.fill_max = 0.8
   c.episodes.max_doc_sentences = 5     # decision: sentences per document observation
-  c.episodes.max_doc_tokens = 320      # decision: tokens per document observation
+  c.episodes.max_doc_tokens = c.memory.get_ref('max_doc_tokens')  # = memory's (SPEC §7)
   c.episodes.phase_a_distractors = 2   # decision: distractors in a Phase A schedule
 
 
@@ -395,7 +400,9 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   c.eval.judge.fallback = 'zero'       # 'zero' | 'skip' (None); counted either way
   c.eval.judge.checkpoint_path = ''    # local_model: HF Qwen folder
   c.eval.judge.tokenizer_path = ''     # local_model: '' = the run's tokenizer
-  c.eval.judge.max_new_tokens = 8      # decision: one number
+  # decision: a reasoning judge (Qwen3, R1) writes a <think> block before its number;
+  # 8 tokens cut every such reply and each fell back to 0 (issue 23).
+  c.eval.judge.max_new_tokens = 1024
   c.eval.judge.batch_size = 16         # local_model: prompts per generate call
   c.eval.judge.temperature = 0.0       # deterministic judge (paper C.6)
   c.eval.judge.max_section_chars = 12000  # decision: prompt section truncation

@@ -250,6 +250,9 @@ def _check_episodes(config: ml_collections.ConfigDict) -> None:
            f'{config.phase} trains op space {op_space!r} (SPEC §4)')
   _require(e.context_budget == m.context_budget, 'episodes.context_budget',
            f'{e.context_budget} != memory.context_budget {m.context_budget}')
+  _require(e.max_doc_tokens == m.max_doc_tokens, 'episodes.max_doc_tokens',
+           f'{e.max_doc_tokens} != memory.max_doc_tokens {m.max_doc_tokens} (one '
+           'document rule for the generators and the environment, SPEC §7)')
   _require(e.token_budget is None or e.token_budget >= 1, 'episodes.token_budget',
            'must be >= 1 token or None')
   if config.phase in curriculum.PHASE_ORDER[1:]:  # the RL phases

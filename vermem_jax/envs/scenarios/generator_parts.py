@@ -22,6 +22,7 @@ import dataclasses
 
 from vermem_jax.envs import environment
 from vermem_jax.envs.scenarios.initial_state import QUERY_PREFIX, TASK_STATES, fits
+from vermem_jax.memory.config import document_chunk_tokens
 
 
 class Skip(Exception):
@@ -29,17 +30,26 @@ class Skip(Exception):
 
 
 def budget_and_cap(cfg):
-  """C's budget and the token cap of one document (a quarter of the budget at most,
-  so the evidence and some distractors fit together)."""
+  """C's budget and the token cap of one document observation
+  (`memory.config.document_chunk_tokens`: the environment's rule, SPEC §7)."""
   budget = cfg.context_budget
-  return budget, max(1, min(cfg.max_doc_tokens, budget // 4))
+  return budget, document_chunk_tokens(budget, cfg.max_doc_tokens)
 
 
 def capped_docs(view, count_tokens, cap, which):
   """The view's gold docs (`which='gold'`) or related distractors (most related
-  first) of at most `cap` tokens."""
+  first) as they enter the environment: a document over `cap` tokens becomes its
+  sentence chunks (`views.Doc.chunks`, `envs.documents`); of a gold document only the
+  chunks holding a supporting sentence are kept. A chunk that alone exceeds `cap`
+  (one very long sentence) is left out."""
   docs = view.gold_docs if which == 'gold' else view.related_distractors()
-  return [d for d in docs if view.tokens(d.text, count_tokens) <= cap]
+  out = []
+  for d in docs:
+    pieces = ([d] if view.tokens(d.text, count_tokens) <= cap
+              else d.chunks(cap, count_tokens))
+    out += [p for p in pieces if (p.gold or which != 'gold')
+            and view.tokens(p.text, count_tokens) <= cap]
+  return out
 
 
 def fact_obs(fact):

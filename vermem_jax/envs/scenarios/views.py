@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import html
 
+from vermem_jax.envs import documents
 from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import bm25_index
 
@@ -36,7 +37,19 @@ class Doc:
 
   @functools.cached_property
   def text(self):
-    return f'{self.display_title}: ' + ' '.join(self.sentences)
+    return documents.chunk_text(self.display_title, self.sentences)
+
+  def chunks(self, cap, count_tokens):
+    """The document as it enters the environment (`envs.documents`): [self] when
+    its text fits `cap` tokens, else one Doc per sentence chunk, in order."""
+    groups = documents.sentence_chunks(self.display_title, self.sentences, cap,
+                                       count_tokens)
+    if len(groups) <= 1:
+      return [self]
+    return [dataclasses.replace(self, unit_ids=tuple(self.unit_ids[i] for i in g),
+                                sentences=tuple(self.sentences[i] for i in g),
+                                gold_mask=tuple(self.gold_mask[i] for i in g))
+            for g in groups]
 
   def fact_text(self, i):
     """A single sentence with its title: the text of a fact observation / entry."""
