@@ -1,26 +1,19 @@
 """Tests for experiments/benchmarks/gpu_check.py: the FLOP accounting of its MFU and its
 memory plan (the planned learner bytes are those of the program it runs)."""
-import importlib
 import json
-import os
-import sys
 
 import jax
 import numpy as np
 import pytest
 
-from vermem_jax.models import qwen
+import benchmark_scripts
 
-_BENCH = os.path.join(os.path.dirname(__file__), '..', 'experiments', 'benchmarks')
+from vermem_jax.models import qwen
 
 
 @pytest.fixture(scope='module')
 def gpu_check():
-  sys.path.insert(0, os.path.abspath(_BENCH))
-  try:
-    return importlib.import_module('gpu_check')
-  finally:
-    sys.path.pop(0)
+  return benchmark_scripts.load('gpu_check')
 
 
 @pytest.mark.parametrize('preset', ['tiny', 'qwen2.5-0.5b-instruct', 'qwen3-0.6b'])
