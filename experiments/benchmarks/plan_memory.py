@@ -8,10 +8,11 @@ each compiled ahead of time with abstract inputs (nothing is allocated; the stag
 and the peak arithmetic are described in vermem_jax/train/memory_plan.py).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python \
-        experiments/benchmarks/plan_memory.py --model=qwen2.5-7b-instruct --device_gb=80
+        experiments/benchmarks/plan_memory.py --model=qwen2.5-7b-instruct --device_gb=74.5
     ... --model=/ckpt/Qwen3-4B-Instruct-2507/config.json --mesh=1,8,1
     ... --table --models=qwen2.5-7b-instruct,qwen3-4b-instruct-2507 --devices=8 \
-        --device_gbs=80,141                     # the README's table
+        --device_gbs=74.5,87.5,131.3 --stages=learner,sampler,decode_step
+                                                # the README's table (GiB: 80/94/141 GB)
 
 `--devices` must not exceed the devices JAX sees (the XLA flag above makes 8 on a CPU).
 `--measure` runs the learner stage on real arrays instead (one device, small shapes)
@@ -191,8 +192,9 @@ def _parser():
   ap.add_argument('--remat', choices=('true', 'false'), default=None)
   ap.add_argument('--attn_implementation', default=None)
   ap.add_argument('--loss_chunk_size', type=int, default=None)
-  ap.add_argument('--device_gb', type=float, default=80.0,
-                  help='device memory in GiB for the verdict')
+  ap.add_argument('--device_gb', type=float, default=74.5,
+                  help='device memory in GiB for the verdict (74.5 GiB: an 80 GB '
+                       'A100 / H100; data sheets count decimal GB)')
   ap.add_argument('--device_gbs', default=None, help='comma-separated, with --table')
   ap.add_argument('--headroom', type=float, default=memory_plan.DEFAULT_HEADROOM)
   ap.add_argument('--stages', default=','.join(memory_plan.STAGES))
