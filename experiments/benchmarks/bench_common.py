@@ -69,3 +69,33 @@ def time_median(fn, repeats, cpu=False):
   if cpu:
     return first, statistics.median(walls), statistics.median(cpus)
   return first, statistics.median(walls)
+
+
+# CPU flags that decide bf16 matmul speed (Linux /proc/cpuinfo names): avx512f alone
+# converts bf16 in software, avx512_bf16 has bf16 dot products, amx_bf16 tile matmuls.
+BF16_FLAGS = ('avx512f', 'avx512_bf16', 'amx_bf16')
+
+
+def cpu_description(cpuinfo=None):
+  """'<model name> (avx512f yes, avx512_bf16 no, amx_bf16 no)' of this machine's first
+  CPU, from the text of /proc/cpuinfo (read when `cpuinfo` is None). A framework's bf16
+  speed depends on these flags (torch uses AMX / AVX512-BF16 kernels when present), so
+  speed ratios are printed with it. Unknown parts (no /proc/cpuinfo, other OS) read
+  'unknown'."""
+  if cpuinfo is None:
+    try:
+      with open('/proc/cpuinfo', encoding='utf-8') as f:
+        cpuinfo = f.read()
+    except OSError:
+      cpuinfo = ''
+  fields = {}
+  for line in cpuinfo.splitlines():
+    key, sep, value = line.partition(':')
+    if sep and key.strip() not in fields:
+      fields[key.strip()] = value.strip()
+  model = fields.get('model name', 'unknown CPU')
+  if 'flags' not in fields:
+    return f'{model} (bf16 flags unknown)'
+  flags = set(fields['flags'].split())
+  return f'{model} (' + ', '.join(
+      f'{name} {"yes" if name in flags else "no"}' for name in BF16_FLAGS) + ')'

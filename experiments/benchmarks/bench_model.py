@@ -148,7 +148,8 @@ def main(argv):
       "num_attention_heads", "num_key_value_heads", "head_dim", "tie_word_embeddings")},
              "params": int(n_params), "threads": _THREADS.value,
              "devices": str(jax.devices()), "torch": torch.__version__,
-             "jax": jax.__version__, "transformers": transformers.__version__}
+             "jax": jax.__version__, "transformers": transformers.__version__,
+             "cpu": bench_common.cpu_description()}
   print(f"config: {results['config']}  params: {n_params / 1e6:.1f}M  "
         f"threads: {_THREADS.value}  repeats: {_REPEATS.value} (median)  "
         f"load average: {os.getloadavg()[0]:.1f}")
@@ -178,7 +179,7 @@ def main(argv):
       for ref in [n for n in out if n.startswith("torch")]:
         ratio = out[ours]["tok_s"] / out[ref]["tok_s"]
         out[f"ratio {ours}/{ref}"] = ratio
-        print(f"  ratio {ours} / {ref}: {ratio:.2f}x")
+        print(f"  ratio {ours} / {ref}: {ratio:.2f}x  on {results['cpu']}")
     results[part] = out
 
   # ------------------------------------------------------------------ train step
@@ -346,7 +347,8 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
     fns[f"{name} body"], fns[f"{name} head+pick"] = run_body_t, run_head_t
   timed = _interleaved(fns, 3)
   print(f"\ndecode profile: batch {batch}, cache of {prompt_len} tokens, ms per step "
-        "(body = layers with KV cache; head+pick = vocabulary projection + top-1)")
+        "(body = layers with KV cache; head+pick = vocabulary projection + top-1) on "
+        f"{bench_common.cpu_description()}")
   out = {}
   for name, (_, med) in timed.items():
     out[name] = 1e3 * med / steps

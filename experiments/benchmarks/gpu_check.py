@@ -13,7 +13,10 @@ minutes on one modern GPU:
            tokens, KV cache of T slots (prefill inside the timing).
 For each it prints tokens/s (learner: B·T per step; decode: batch·new tokens per call,
 and prefill + decode tokens per second), peak device memory (`memory_stats`; on CPU the
-compile-time temp bytes instead) and model FLOPs utilization: MFU = model FLOPs per
+compile-time temp bytes instead) next to the memory plan's prediction for the same
+programs and shapes (`train.memory_plan`, compiled ahead of time with abstract inputs
+by this device's compiler, as plan_memory.py does for a whole RL update; --skip=plan
+leaves it out), and model FLOPs utilization: MFU = model FLOPs per
 second / peak FLOPs per second of the device, with model FLOPs counted per token as
 2·N (forward) for the non-embedding parameters N, plus 4·n_layers·d_attn·context for
 the causal attention scores and values (context = position + 1 averaged over the
@@ -21,6 +24,13 @@ sequence), times 3 for forward + backward of the policy (rematerialized forwards
 counted), plus the vocabulary head at the command positions only (what the loss
 computes), and for decode the same forward counts of prefill and every step. The peak
 comes from --peak_tflops, else a table of known GPUs (bf16 dense), else MFU is omitted.
+
+Planned against measured: the learner's plan is its program's arguments (θ, π_ref, the
+micro-batch) + outputs + temporaries; the decode's is the generate program's plus
+π_ref, which stays allocated but is not its argument. The device's peak counter
+(`peak_bytes_in_use`) cannot be reset, so the decode's measured peak is the process's
+peak so far: with the learner first it is the larger of the two; --skip=learner
+measures the decode alone.
 
 It has NOT been run on a GPU in this repository's development (no accelerator was
 available); its CPU-runnable parts are exercised at tiny sizes:
@@ -49,7 +59,9 @@ import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.models import sampling  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
+from vermem_jax.train import memory_plan  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
+from vermem_jax.train import rl_optimizer  # noqa: E402
 
 GIB = 1024 ** 3
 # Dense bf16 peak TFLOP/s by device kind substring (vendor data sheets, SXM parts).
@@ -71,7 +83,7 @@ def _parser():
   ap.add_argument('--repeats', type=int, default=3)
   ap.add_argument('--peak_tflops', type=float, default=None,
                   help='device peak (bf16 dense) for MFU; default from the GPU name')
-  ap.add_argument('--skip', default='', help='parts to skip: learner, decode')
+  ap.add_argument('--skip', default='', help='parts to skip: learner, decode, plan')
   bench_common.add_out_flag(ap)
   return ap
 
@@ -114,6 +126,32 @@ def peak_memory() -> int | None:
   return stats.get('peak_bytes_in_use')
 
 
+def plan_settings(cfg: qwen.QwenConfig, args) -> memory_plan.PlanSettings:
+  """The shapes this check runs, as `memory_plan.PlanSettings` on one device: the
+  learner's micro-batch (--learner_batch x --length, --command_tokens, the default
+  GRPO loss with θ_old's log-probs from the learner) and the greedy decode (--decode_batch
+  rows, prompts of --length - --new_tokens, every row prefilled)."""
+  return memory_plan.PlanSettings(
+      model_config=cfg, mesh_shape=(1, 1, 1), micro_batch=args.learner_batch,
+      length=args.length, command_tokens=args.command_tokens,
+      loss_chunk_size=args.loss_chunk_size,
+      loss=rl_learner.LossConfig(old_logprobs='learner'),
+      opt=rl_optimizer.RLOptimizerConfig(), rollout_rows=args.decode_batch,
+      shared_prefill_rows=args.decode_batch, prompt_len=args.length - args.new_tokens,
+      max_new_tokens=args.new_tokens, do_sample=False)
+
+
+def planned_peaks(s: memory_plan.PlanSettings) -> dict:
+  """Planned device bytes of this check's two parts (module docstring): {'learner',
+  'decode'} in GiB, and the seconds the ahead-of-time compiles took."""
+  plan = memory_plan.make_plan(s, stages=('learner', 'sampler'),
+                               devices=jax.devices()[:1])
+  return {'learner_gib': plan.stages['learner']['peak'] / GIB,
+          'decode_gib': (plan.stages['sampler']['peak'] + plan.state['reference']) / GIB,
+          'compile_s': plan.stages['learner']['compile_s']
+                       + plan.stages['sampler']['compile_s']}
+
+
 def learner_check(cfg, params, ref_params, args, peak) -> dict:
   b, t, l = args.learner_batch, args.length, args.command_tokens
   rs = np.random.RandomState(0)
@@ -122,19 +160,23 @@ def learner_check(cfg, params, ref_params, args, peak) -> dict:
   ids = rs.randint(0, cfg.vocab_size, (b, t)).astype(np.int32)
   mask = (np.arange(t)[None] < lengths[:, None]).astype(np.int32)
   pos = np.stack([np.arange(n - l - 1, n - 1) for n in lengths]).astype(np.int32)
-  batch = {'input_ids': ids, 'attention_mask': mask, 'command_positions': pos,
+  # batching.to_step_batch's positions: cumsum(mask) - 1, clipped at 0.
+  positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0).astype(np.int32)
+  batch = {'input_ids': ids, 'attention_mask': mask, 'positions': positions,
+           'command_positions': pos,
            'target_ids': rs.randint(0, cfg.vocab_size, (b, l)).astype(np.int32),
            'command_ids': np.repeat(np.arange(1, b + 1, dtype=np.int32)[:, None], l, 1),
            'advantages': rs.randn(b, l).astype(np.float32),
            'old_logprobs': np.zeros((b, l), np.float32)}
   batch = {k: jnp.asarray(x) for k, x in batch.items()}
-  step = jax.jit(lambda p, r, x: rl_learner.grpo_step(
-      p, r, x, model_config=cfg, clip_epsilon=0.2, kl_beta=0.1, kl_estimator='exact',
-      temperature=0.7, old_from_learner=True, loss_chunk_size=args.loss_chunk_size))
   t0 = time.perf_counter()
-  compiled = step.lower(params, ref_params, batch).compile()
+  # The planner's program: the same jitted function and static arguments.
+  compiled = rl_learner.grpo_step.lower(
+      params, ref_params, batch,
+      **memory_plan.grpo_step_kwargs(plan_settings(cfg, args))).compile()
   compile_s = time.perf_counter() - t0
-  temp = int(compiled.memory_analysis().temp_size_in_bytes)
+  program = memory_plan.program_bytes(compiled)
+  temp = program['temp']
   first, sec = bench_common.time_median(lambda: jax.block_until_ready(compiled(params, ref_params, batch)),
                       args.repeats)
   real = int(mask.sum())
@@ -145,6 +187,7 @@ def learner_check(cfg, params, ref_params, args, peak) -> dict:
   out = {'rows': b, 'length': t, 'command_tokens': l, 'real_tokens': real,
          'seconds': sec, 'tokens_per_s': b * t / sec, 'real_tokens_per_s': real / sec,
          'compile_s': compile_s, 'first_call_s': first, 'temp_gib': temp / GIB,
+         'program_gib': program['peak'] / GIB,
          'model_tflops_per_step': flops / 1e12}
   mem = peak_memory()
   out['peak_memory_gib'] = None if mem is None else mem / GIB
@@ -200,13 +243,21 @@ def main(argv=None):
              'preset': args.preset, 'vocab_size': cfg.vocab_size,
              'attn_implementation': args.attn_implementation,
              'init_s': time.perf_counter() - t0}
+  planned = {}
+  if 'plan' not in args.skip:
+    planned = planned_peaks(plan_settings(cfg, args))
+    figures['plan'] = planned
+    print(f'memory plan (this device\'s compiler, abstract inputs, '
+          f'{planned["compile_s"]:.0f} s): learner {planned["learner_gib"]:.2f} GiB, '
+          f'decode {planned["decode_gib"]:.2f} GiB', flush=True)
   if 'learner' not in args.skip:
     r = learner_check(cfg, params, ref_params, args, peak)
     figures['learner'] = r
     print(f'learner step: B={r["rows"]} x T={r["length"]} ({r["command_tokens"]} command '
           f'tokens/row, exact KL): {r["seconds"]:.3f} s/step, {r["tokens_per_s"]:.0f} '
           f'tokens/s, compile {r["compile_s"]:.1f} s, temp {r["temp_gib"]:.2f} GiB, peak '
-          f'memory {_gib(r["peak_memory_gib"])}, MFU {_pct(r["mfu"])}', flush=True)
+          f'memory {_gib(r["peak_memory_gib"])} (planned '
+          f'{_gib(planned.get("learner_gib"))}), MFU {_pct(r["mfu"])}', flush=True)
   if 'decode' not in args.skip:
     r = decode_check(cfg, params, args, peak)
     figures['decode'] = r
@@ -214,7 +265,8 @@ def main(argv=None):
           f'{r["new_tokens"]} new tokens: {r["seconds"]:.2f} s/call, '
           f'{r["tokens_per_s"]:.0f} new tokens/s ({r["prefill_and_new_tokens_per_s"]:.0f} '
           f'prefill + new tokens/s), first call {r["first_call_s"]:.1f} s, peak memory '
-          f'{_gib(r["peak_memory_gib"])}, MFU {_pct(r["mfu"])}', flush=True)
+          f'so far {_gib(r["peak_memory_gib"])} (planned '
+          f'{_gib(planned.get("decode_gib"))}), MFU {_pct(r["mfu"])}', flush=True)
   figures['total_s'] = time.perf_counter() - t0
   print(f'total {figures["total_s"]:.0f} s')
   bench_common.write_figures(args.out, figures)

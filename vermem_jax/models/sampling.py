@@ -291,6 +291,30 @@ def _prefill(model, params, tokens, mask, num_slots, config):
   return merge(logits), cache
 
 
+def decode_step(config: qwen.QwenConfig, params: Any, cache: dict, prev: jax.Array,
+                done: jax.Array, rng: jax.Array, temperature: jax.Array,
+                top_p: jax.Array, *, do_sample: bool
+                ) -> tuple[jax.Array, jax.Array, dict]:
+  """One decode step of every row: the model on the previous tokens with the cache,
+  then the next token and its log-probability (`sample_tokens`).
+
+  Args:
+    config, params: the model.
+    cache: `qwen.init_cache` layout with B rows.
+    prev: [B] int32 previous tokens; done: [B] bool rows that stopped (their slot is
+      written as padding).
+    rng: this step's key; temperature, top_p: float32 scalars.
+  Returns:
+    (tokens [B] int32, logprobs [B] float32, the cache advanced by one slot).
+  """
+  hidden, cache = qwen.Qwen(config).apply(
+      {'params': params}, prev[:, None], attention_mask=(~done)[:, None].astype(jnp.int32),
+      cache=cache, return_hidden=True)
+  logits = qwen.lm_head_logits(config, params, hidden[:, 0])
+  tok, lp = sample_tokens(logits, rng, temperature, top_p, do_sample)
+  return tok, lp, cache
+
+
 @functools.partial(jax.jit,
                    static_argnames=('config', 'max_new_tokens', 'do_sample'))
 def _generate_jit(params, tokens, mask, row_source, rng, temperature, top_p, stop_ids,
@@ -303,7 +327,6 @@ def _generate_jit(params, tokens, mask, row_source, rng, temperature, top_p, sto
   prefill_batch, prompt_len = tokens.shape
   batch = prefill_batch if row_source is None else row_source.shape[0]
   model = qwen.Qwen(config)
-  variables = {'params': params}
   logits, cache = _prefill(model, params, tokens, mask,
                            prompt_len + max_new_tokens, config)
   if row_source is not None:
@@ -322,12 +345,9 @@ def _generate_jit(params, tokens, mask, row_source, rng, temperature, top_p, sto
 
   def body(state):
     step, cache, prev, done, out_tokens, out_logprobs, lengths = state
-    hidden, cache = model.apply(variables, prev[:, None],
-                                attention_mask=(~done)[:, None].astype(jnp.int32),
-                                cache=cache, return_hidden=True)
-    logits = qwen.lm_head_logits(config, params, hidden[:, 0])
-    tok, lp = sample_tokens(logits, jax.random.fold_in(rng, step), temperature, top_p,
-                            do_sample)
+    tok, lp, cache = decode_step(config, params, cache, prev, done,
+                                 jax.random.fold_in(rng, step), temperature, top_p,
+                                 do_sample=do_sample)
     tok = jnp.where(done, pad_id, tok)
     lp = jnp.where(done, 0.0, lp)
     out_tokens = jax.lax.dynamic_update_slice(out_tokens, tok[:, None], (0, step))
@@ -455,3 +475,64 @@ def generate(config: qwen.QwenConfig, params: Any,
   _PREFILL['rows'] += len(prompts)
   _PREFILL['prefilled'] += len(prompts) if row_source is None else len(unique)
   return GenerationOutput(out_tokens, out_logprobs, lengths)
+
+
+def _abstract(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
+
+
+def lower_generate(config: qwen.QwenConfig, params: Any, *, batch: int,
+                   prefill_rows: int, prompt_len: int, max_new_tokens: int,
+                   do_sample: bool, input_sharding: Any = None,
+                   stop_bucket: int = MIN_STOP_BUCKET) -> jax.stages.Lowered:
+  """The program `generate` runs for these shapes, lowered with abstract inputs.
+
+  Nothing is allocated: `params` may be `jax.ShapeDtypeStruct`s (with shardings), and
+  `.compile().memory_analysis()` of the result gives the program's per-device
+  argument, output and temporary bytes (the KV cache of prompt_len + max_new_tokens
+  slots is a temporary). Call it under the mesh context `generate` runs in
+  (`sharding.use_sharding`).
+
+  Args:
+    config: model config; params: parameter tree (arrays or ShapeDtypeStructs).
+    batch: B rows sampled; prefill_rows: U' rows prefilled (B, or fewer when rows
+      share a prompt: `generate`'s share_prefill).
+    prompt_len: the prompt bucket P (tokens); max_new_tokens: N.
+    do_sample: sampled (True) or greedy program.
+    input_sharding: sharding of the token inputs (None: as jit places host arrays).
+    stop_bucket: stop-id slots.
+  Raises:
+    ValueError: prefill_rows outside [1, batch].
+  """
+  if not 1 <= prefill_rows <= batch:
+    raise ValueError(f'lower_generate: prefill_rows={prefill_rows} must be in [1, '
+                     f'{batch}]')
+  rep = lambda shape, dtype: _abstract(shape, dtype, input_sharding)
+  row_source = None if prefill_rows == batch else rep((batch,), jnp.int32)
+  scalar = rep((), jnp.float32)
+  return _generate_jit.lower(
+      params, rep((prefill_rows, prompt_len), jnp.int32),
+      rep((prefill_rows, prompt_len), jnp.int32), row_source,
+      jax.eval_shape(lambda: jax.random.PRNGKey(0)), scalar, scalar,
+      rep((stop_bucket,), jnp.int32), rep((), jnp.int32), config=config,
+      max_new_tokens=int(max_new_tokens), do_sample=do_sample)
+
+
+def lower_decode_step(config: qwen.QwenConfig, params: Any, *, batch: int,
+                      num_slots: int, do_sample: bool,
+                      sharding_for: Any = None) -> jax.stages.Lowered:
+  """`decode_step` on B rows and a cache of `num_slots` slots, lowered with abstract
+  inputs (as `lower_generate`): the per-step temporaries beyond the cache.
+
+  `sharding_for(shape)` gives the sharding of each row-major input (the cache, the
+  previous tokens); None leaves them to jit.
+  """
+  rep = lambda shape, dtype: _abstract(shape, dtype, None if sharding_for is None
+                                       else sharding_for(shape))
+  cache = jax.tree.map(lambda x: rep(x.shape, x.dtype), jax.eval_shape(
+      functools.partial(qwen.init_cache, config, batch, num_slots)))
+  step = jax.jit(decode_step, static_argnames=('config', 'do_sample'))
+  return step.lower(config, params, cache, rep((batch,), jnp.int32),
+                    rep((batch,), jnp.bool_),
+                    jax.eval_shape(lambda: jax.random.PRNGKey(0)),
+                    rep((), jnp.float32), rep((), jnp.float32), do_sample=do_sample)

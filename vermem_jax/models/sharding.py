@@ -76,8 +76,9 @@ def make_mesh(data: int = 1, fsdp: int = 1, tensor: int = 1,
               axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES))
 
 
-def _fit_spec(spec: PartitionSpec, shape: Sequence[int], mesh: Mesh) -> PartitionSpec:
-  """Replicates each dimension the assigned mesh axes do not divide evenly."""
+def _fit_spec(spec: PartitionSpec, shape: Sequence[int], mesh: Any) -> PartitionSpec:
+  """Replicates each dimension the assigned mesh axes do not divide evenly (`mesh`: a
+  Mesh or the AbstractMesh inside jit)."""
   fitted = []
   for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
     if axes is None:
@@ -125,3 +126,23 @@ def use_sharding(mesh: Mesh, rules=DEFAULT_RULES):
   """Context in which the model's activation constraints bind to `mesh` and `rules`."""
   with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
     yield
+
+
+def constrain_params(tree: Any) -> Any:
+  """Inside jit: each leaf of a parameter-shaped tree (gradients) constrained to its
+  parameter's sharding under the current `use_sharding` mesh and rules; unchanged
+  outside one.
+
+  Without it XLA may return a gradient replicated (an all-reduce where FSDP needs a
+  reduce-scatter): for Qwen2.5-7B under fsdp=8 the learner step's gradients were the
+  whole float32 tree, 26.6 GiB, on every device (experiments/benchmarks/plan_memory.py).
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  rules = nn.get_logical_axis_rules()
+  if mesh.empty or not rules:
+    return tree
+
+  def one(x, axes):
+    spec = _fit_spec(nn.logical_to_mesh_axes(axes, rules), x.shape, mesh)
+    return jax.lax.with_sharding_constraint(x, spec)
+  return jax.tree.map(one, tree, qwen.param_logical_axes(tree))

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from vermem_jax.models import qwen
+from vermem_jax.models import sharding
 from vermem_jax.rl import token_stats
 from vermem_jax.rl.grpo import DEFAULT_CLIP_EPSILON
 from vermem_jax.rl.grpo import DEFAULT_KL_BETA
@@ -146,7 +147,7 @@ def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
     return loss_sum, (num, metrics)
 
   (loss_sum, (num, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  return (loss_sum, num, metrics), grads
+  return (loss_sum, num, metrics), sharding.constrain_params(grads)
 
 
 @functools.partial(jax.jit, static_argnames=('model_config', 'temperature',
@@ -188,4 +189,4 @@ def sft_loss_and_grads(params, batch, *, model_config, reduction: str = 'token',
     return total, (count, metrics)
 
   (total, (count, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  return (total, count, metrics), grads
+  return (total, count, metrics), sharding.constrain_params(grads)

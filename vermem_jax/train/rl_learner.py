@@ -70,6 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vermem_jax.models import qwen
+from vermem_jax.models import sharding
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
@@ -204,7 +205,7 @@ def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
 
   (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
       loss_fn, has_aux=True)(params)
-  return (loss_sum, num, metrics, logp), grads
+  return (loss_sum, num, metrics, logp), sharding.constrain_params(grads)
 
 
 @dataclasses.dataclass

@@ -67,8 +67,14 @@ def _model(c: ml_collections.ConfigDict) -> None:
   c.model.attn_implementation = 'auto'
   c.model.attn_block_q = 512           # decision: query / key block of blockwise and
   c.model.attn_block_kv = 512          # pallas (tokens)
-  c.model.mesh_data = -1               # mesh axes (models/sharding.py); -1 = the rest
-  c.model.mesh_fsdp = 1
+  # Mesh axes (models/sharding.py); mesh_data -1 = the devices fsdp x tensor leave.
+  # Decision from experiments/benchmarks/plan_memory.py (Qwen2.5-7B, 8 devices, per
+  # device): pure data parallelism (8, 1, 1) holds the float32 θ, π_ref, both AdamW
+  # moments and the gradient sum whole on every device, 142 GiB before any
+  # activation; FSDP over 8 devices (1, 8, 1) shards all of them 8 ways (17.7 GiB).
+  # 16 devices run (2, 8, 1).
+  c.model.mesh_data = -1
+  c.model.mesh_fsdp = 8
   c.model.mesh_tensor = 1
   # Architecture overrides of the preset (HF config.json names; None = the preset's
   # value): `--config.model.hidden_size=384 --config.model.num_hidden_layers=4`. Only

@@ -1,0 +1,124 @@
+"""Tests for experiments/benchmarks/plan_memory.py (the ahead-of-time memory plan) and
+the paper config's FSDP mesh it chose: the planned learner peak against a measured one,
+the mesh of each scale, and GRPO updates under fsdp=8 against one device."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import multidevice
+
+from experiments.configs import common
+from vermem_jax.train import setup
+
+_PLAN = os.path.join(os.path.dirname(__file__), '..', 'experiments', 'benchmarks',
+                     'plan_memory.py')
+# A learner stage small enough to run here (~1.4 GB of RSS) and large enough that the
+# process's fixed allocations are a small share of it.
+_SMALL = ['--model=qwen2.5-0.5b-instruct', '--mesh=1,1,1', '--micro_batch=2',
+          '--loss_chunk_size=64', '--set=model.hidden_size=512',
+          '--set=model.intermediate_size=2048', '--set=model.num_hidden_layers=2',
+          '--set=model.num_attention_heads=4', '--set=model.num_key_value_heads=2',
+          '--set=model.vocab_size=65536', '--set=batching.length_buckets=(1024,)',
+          '--set=batching.command_buckets=(128,)']
+
+
+@pytest.mark.slow
+def test_planned_learner_peak_is_within_20_percent_of_the_measured_one(tmp_path):
+  out = tmp_path / 'measure.json'
+  env = dict(os.environ, JAX_PLATFORMS='cpu', PYTHONPATH=os.path.dirname(_PLAN) + '/../..')
+  env.pop('XLA_FLAGS', None)
+  proc = subprocess.run([sys.executable, _PLAN, '--measure', f'--out={out}', *_SMALL],
+                        env=env, capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  r = json.loads(out.read_text())['figures']
+  # The state alone (θ, π_ref, two moments, gradient sum) is ~0.8 GB: the step ran.
+  assert r['state'] > 0.5e9
+  assert abs(r['planned'] - r['measured']) <= 0.2 * r['measured'], r
+
+
+def test_plan_cli_rejects_a_bad_field():
+  proc = subprocess.run([sys.executable, _PLAN, '--set=model.no_such_field=1'],
+                        capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, JAX_PLATFORMS='cpu'))
+  assert proc.returncode == 2
+  assert 'model.no_such_field' in proc.stderr
+
+
+def test_paper_mesh_is_fsdp_over_8_devices_and_tiny_stays_data_parallel():
+  paper = common.get_config('phase_b', 'scale=paper')
+  assert setup.mesh_shape_from(paper, 8) == (1, 8, 1)
+  assert setup.mesh_shape_from(paper, 16) == (2, 8, 1)
+  tiny = common.get_config('phase_b')
+  assert setup.mesh_shape_from(tiny, 8) == (8, 1, 1)
+  assert setup.mesh_shape_from(tiny, 1) == (1, 1, 1)
+
+
+_FSDP_SCRIPT = textwrap.dedent("""
+    import json
+    import jax, jax.numpy as jnp, numpy as np
+    from experiments.configs import common
+    from vermem_jax.models import qwen, sharding
+    from vermem_jax.rl import batching
+    from vermem_jax.train import rl_learner, setup
+
+    cfg = qwen.QwenConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
+                          num_hidden_layers=2, num_attention_heads=4,
+                          num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                          max_position_embeddings=256, remat=True)
+    params = qwen.init_params(cfg, jax.random.PRNGKey(0))
+    ref = jax.tree.map(lambda x: x + 0.01 * jnp.sign(x), params)
+    rs = np.random.RandomState(0)
+    def decisions(k):
+      out = []
+      for i in range(16):
+        p, c = int(rs.randint(5, 40)), int(rs.randint(1, 12))
+        out.append(batching.DecisionTokens(
+            tuple(rs.randint(1, 512, p).tolist()), tuple(rs.randint(1, 512, c).tolist()),
+            tuple(rs.uniform(-6, -1, c).tolist()), float(rs.normal())))
+      return out
+    updates = [decisions(k) for k in range(3)]
+    bcfg = batching.BatchingConfig(micro_batch_size=8, length_buckets=(64,),
+                                   command_buckets=(16,))
+    ropt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+    tx = rl_learner.make_optimizer(ropt)
+    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
+              opt=ropt, pad_id=0)
+    mesh = setup.make_mesh_from(common.get_config('phase_b', 'scale=paper'))
+    assert tuple(mesh.shape.values()) == (1, 8, 1), mesh.shape
+    one = jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), params)
+    p1, s1 = one, tx.init(one)
+    p8 = sharding.shard_params(params, mesh)
+    r8 = sharding.shard_params(ref, mesh)
+    s8 = setup.init_opt_state(tx.init, p8, mesh)
+    losses = []
+    for d in updates:
+      p1, s1, m1 = rl_learner.learner_update(p1, ref, s1, d, **kw)
+      p8, s8, m8 = rl_learner.learner_update(p8, r8, s8, d, mesh=mesh, **kw)
+      losses.append([m1['train/loss'], m8['train/loss'], m1['train/grad_norm'],
+                     m8['train/grad_norm']])
+    diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+               for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p8)))
+    moved = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(params)))
+    emb = p8['embed_tokens']['embedding']
+    print('RESULT', json.dumps({'losses': losses, 'param_diff': diff, 'moved': moved,
+                                'embed_shard': list(emb.addressable_shards[0].data.shape),
+                                'mu_shard': list(s8[1][0].mu['embed_tokens']['embedding']
+                                                 .addressable_shards[0].data.shape)}))
+""")
+
+
+@pytest.mark.slow
+def test_three_grpo_updates_under_fsdp8_match_one_device():
+  r = multidevice.run_on_8_devices(_FSDP_SCRIPT)
+  for loss1, loss8, norm1, norm8 in r['losses']:
+    assert loss8 == pytest.approx(loss1, abs=1e-5, rel=1e-5)
+    assert norm8 == pytest.approx(norm1, abs=1e-5, rel=1e-5)
+  assert r['moved'] > 1e-3  # three Adam steps at lr 1e-3 moved the weights
+  assert r['param_diff'] <= 2e-5
+  # θ and the AdamW moments hold 1/8 of the embedding's 'embed' columns per device
+  assert r['embed_shard'] == [512, 8] and r['mu_shard'] == [512, 8]
