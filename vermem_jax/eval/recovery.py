@@ -51,8 +51,9 @@ def restore_accepted(state: mstate.MemoryState, event_id: str,
 
 
 def _shown(event: mstate.HistoryEvent, state: mstate.MemoryState, x: str) -> bool:
-  return (f'[{event.id} ' in x
-          or f'[{serialization.localize_ids(event.id, state.ns)} ' in x)
+  local = serialization.localize_ids(event.id, state.ns)
+  return (f'[{serialization.ref(event.id)} ' in x
+          or f'[{serialization.ref(local)} ' in x)
 
 
 def recovery_counts(result: environment.EpisodeResult,

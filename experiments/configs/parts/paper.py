@@ -166,6 +166,7 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.dev_per_target = 500           # SPEC §4
   c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
   c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
+  c.sft.boundary_fraction = 0.5        # SPEC §4: half of each class from boundary templates
   # Optional teacher for the non-template half (paper App. D.2); keys =
   # envs.sft_data.config.SFTDataConfig fields. None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
