@@ -5,10 +5,10 @@ import re
 
 import pytest
 
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers as ts
-from vermem_jax.eval import hotpotqa_metrics
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
@@ -97,8 +97,8 @@ def test_recovery_scripted_policy_answers_null_policy_does_not(examples):
     (d,) = res.decisions
     assert d.op == "SelectEpisode" and d.accepted and d.cost == 0.0
     assert res.final_answer == ex.answer
-    r_task = 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
-                    + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+    r_task = 0.5 * (answer_metrics.exact_match(res.final_answer, ex.answer)
+                    + answer_metrics.f1_score(res.final_answer, ex.answer))
     assert r_task == 1.0
     assert res.tool_calls == 1 and res.task_steps == 1
     # The evidence was not in C_0: the same oracle on s_0 continues.

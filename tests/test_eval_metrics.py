@@ -86,11 +86,3 @@ def test_episode_record_from_an_oracle_run(examples):
   assert len(rec['steps']) == rec['decisions']
   assert rec['steps'][0]['op'] == 'Null' and rec['steps'][0]['solver_called']
   assert rec['j_judge'] is None and rec['mq'] is None
-
-
-def test_supporting_fact_recall(examples):
-  ex = examples[1]
-  sup = hotpotqa.supporting_unit_ids(ex)
-  assert metrics.supporting_fact_recall(sup, ex) == 1.0
-  assert metrics.supporting_fact_recall(sup[:1], ex) == pytest.approx(1 / len(sup))
-  assert metrics.supporting_fact_recall([], ex) == 0.0

@@ -1,4 +1,4 @@
-"""End-to-end tests of the HotpotQA evaluation (vermem_jax.train.evaluate, the CLI)."""
+"""End-to-end tests of the HotpotQA evaluation (vermem_jax.eval.evaluate, the CLI)."""
 import json
 import os
 import subprocess
@@ -9,10 +9,10 @@ import jax
 import pytest
 
 from experiments.configs import common
+from vermem_jax.eval import evaluate
+from vermem_jax.eval import policies as eval_policies
 from vermem_jax.models import qwen
 from vermem_jax.train import checkpoints
-from vermem_jax.train import eval_policies
-from vermem_jax.train import evaluate
 from vermem_jax.train import setup as setup_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

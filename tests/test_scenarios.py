@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers as ts
@@ -14,7 +15,6 @@ from vermem_jax.envs.scenarios.initial_state import validate_initial_state
 from vermem_jax.envs.scenarios.needs import _same_sentence
 from vermem_jax.envs.scenarios.spec import FAMILIES, PHASES, ScenarioConfig
 from vermem_jax.envs.scenarios.views import build_view
-from vermem_jax.eval import hotpotqa_metrics
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
@@ -106,8 +106,8 @@ def test_recovery_scripted_policy_answers_null_policy_does_not(pools):
                              executor_config=cfg)
   for res in results:
     ex = res.spec.example
-    r_task = 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
-                    + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+    r_task = 0.5 * (answer_metrics.exact_match(res.final_answer, ex.answer)
+                    + answer_metrics.f1_score(res.final_answer, ex.answer))
     assert res.decisions[0].op == 'SelectEpisode' and res.decisions[0].accepted
     assert r_task == 1.0 and res.terminated_by == 'answer'
   nulls = env.run_episodes(specs, lambda xs: ['∅'] * len(xs), oracle,
@@ -303,8 +303,8 @@ def _r_task(res):
   ex = res.spec.example
   if res.final_answer is None:
     return 0.0
-  return 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
-                + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+  return 0.5 * (answer_metrics.exact_match(res.final_answer, ex.answer)
+                + answer_metrics.f1_score(res.final_answer, ex.answer))
 
 
 def test_phase_a_stale_and_obsolete_entries_must_be_repaired(pools):

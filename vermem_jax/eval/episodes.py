@@ -43,7 +43,7 @@ loop, the records (`eval.metrics`) and the frontier (`eval.frontier`) are shared
 from __future__ import annotations
 
 import html
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -171,6 +171,12 @@ def base_policy(inputs: Sequence[str]) -> list[environment.PolicyOutput]:
   """Base (paper C.4): no memory policy. Every decision is ∅ and no model is called,
   so it costs no tokens; x_t is still rendered by the loop but never read."""
   return [environment.PolicyOutput(mcommands.NULL_SYMBOL, 0, 0) for _ in inputs]
+
+
+def chunks(items: Sequence[Any], batch_size: int) -> list[Sequence[Any]]:
+  """`items` in consecutive chunks of `batch_size` (0 = one chunk of all)."""
+  step = int(batch_size) or max(len(items), 1)
+  return [items[i:i + step] for i in range(0, len(items), step)]
 
 
 def select_questions(examples: Sequence[hotpotqa.Example], num_questions: Optional[int],

@@ -5,7 +5,7 @@ SGLang load: `config.json` and `model.safetensors` (`models.hf_io.save_hf_checkp
 the run's tokenizer files with a chat template, and `vermem_export.json` (phase,
 checkpoint step, source workdir). The checkpoint is the one evaluation loads: the
 phase's SELECTED checkpoint (best internal-dev score, `train.checkpoints`), else its
-newest. `experiments/export.py` is the command line; `train.eval_policies` loads the
+newest. `experiments/export.py` is the command line; `eval.policies` loads the
 folder back as an `hf:DIR` policy.
 """
 

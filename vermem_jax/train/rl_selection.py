@@ -25,9 +25,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment
-from vermem_jax.eval import hotpotqa_metrics
-from vermem_jax.eval import metrics as eval_metrics
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards
 from vermem_jax.rl import task_selection
@@ -42,13 +41,13 @@ def episode_scores(result: environment.EpisodeResult) -> dict[str, float]:
   """Every selection metric of one finished dev episode."""
   gold = result.spec.example.answer
   answer = result.final_answer
-  em = hotpotqa_metrics.exact_match(answer, gold) if answer is not None else 0.0
-  f1 = hotpotqa_metrics.f1_score(answer, gold) if answer is not None else 0.0
+  em = answer_metrics.exact_match(answer, gold) if answer is not None else 0.0
+  f1 = answer_metrics.f1_score(answer, gold) if answer is not None else 0.0
   r_task = rewards.r_task(answer, gold)
   p_aux = rewards.p_aux(result.constraint_costs)
-  seen = eval_metrics.solver_seen_evidence(result)
+  seen = answer_metrics.solver_seen_evidence(result)
   return {'r_task': r_task, 'em': em, 'f1': f1,
-          'sf_recall': eval_metrics.supporting_fact_recall(seen, result.spec.example),
+          'sf_recall': answer_metrics.supporting_fact_recall(seen, result.spec.example),
           'm_ans': float(rewards.m_ans(r_task, p_aux))}
 
 
