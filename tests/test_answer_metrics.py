@@ -6,6 +6,7 @@ import pytest
 
 from vermem_jax.envs import answer_metrics as hm
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -73,7 +74,7 @@ def test_gold_answers_score_one_against_themselves(hotpotqa_dir):
 
 
 def test_supporting_fact_recall(hotpotqa_dir):
-  ex = hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[1]
+  ex = hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[1]
   sup = hotpotqa.supporting_unit_ids(ex)
   assert hm.supporting_fact_recall(sup, ex) == 1.0
   assert hm.supporting_fact_recall(sup[:1], ex) == pytest.approx(1 / len(sup))

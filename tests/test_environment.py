@@ -8,6 +8,7 @@ import pytest
 from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
@@ -18,7 +19,7 @@ INSTRUCTION = "Answer the question from the context."
 
 @pytest.fixture(scope="module")
 def examples(hotpotqa_dir):
-  return hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)[:6]
+  return hotpotqa_sources.load_examples("json", "train", data_dir=hotpotqa_dir)[:6]
 
 
 def _paragraph_text(para):

@@ -25,6 +25,7 @@ import pytest
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs.scenarios.initial_state import (CONTINUE_ACTION, INSTRUCTION_TEXT,
                                                      QUERY_PREFIX, TASK_STATES)
 from vermem_jax.memory import commands as cmds
@@ -40,8 +41,8 @@ _MARKERS = ('supporting', 'gold', 'answer:', 'label', 'sup_fact')
 
 @pytest.fixture(scope='module')
 def all_examples(hotpotqa_dir):
-  train = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
-  dev = hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)
+  train = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  dev = hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)
   return train + dev
 
 
@@ -81,8 +82,8 @@ def _inputs_for(example, i):
 
 
 def test_policy_inputs_never_leak_answer_or_annotations(all_examples, hotpotqa_dir):
-  train_ids = {ex.id for ex in hotpotqa.load_examples('json', 'train',
-                                                      data_dir=hotpotqa_dir)}
+  train_ids = {ex.id for ex in hotpotqa_sources.load_examples('json', 'train',
+                                                               data_dir=hotpotqa_dir)}
   vocab = _fixed_vocabulary()
   n_inputs = 0
   for i, ex in enumerate(all_examples):
@@ -111,7 +112,7 @@ def test_policy_inputs_never_leak_answer_or_annotations(all_examples, hotpotqa_d
 
 
 def test_sft_targets_do_not_depend_on_answer(hotpotqa_dir):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, dev = hotpotqa.split_train_pools(examples)
   cfg = episodes.SFTDataConfig(train_per_target=4, dev_per_target=2)
   train, dev_r, _ = episodes.build_sft_set(construction, dev, count_tokens=count,
@@ -147,7 +148,7 @@ def qwen_tok(qwen25_tokenizer_dir):
 
 
 def test_sft_set_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, dev = hotpotqa.split_train_pools(examples)
   cfg = episodes.SFTDataConfig(train_per_target=2, dev_per_target=1,
                                context_budget=1024)
@@ -166,7 +167,7 @@ def test_sft_set_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
 
 def test_episodes_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
   tok = qwen_tok
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, _ = hotpotqa.split_train_pools(examples)
   cfg = episodes.ScenarioConfig(context_budget=1024, rollout_limit=6)
   for phase in episodes.PHASES:

@@ -8,6 +8,7 @@ import pytest
 
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
@@ -22,7 +23,7 @@ CFG = mexec.ExecutorConfig(phase='C', context_budget=BUDGET, policy_input_limit=
 
 @pytest.fixture(scope='module')
 def examples(hotpotqa_dir):
-  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:6]
+  return hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:6]
 
 
 @pytest.fixture(scope='module')

@@ -2,6 +2,7 @@
 import pytest
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
@@ -11,7 +12,7 @@ from vermem_jax.memory.token_count import count_whitespace_tokens as count
 
 @pytest.fixture(scope='module')
 def examples(hotpotqa_dir):
-  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:4]
+  return hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:4]
 
 
 def _rec(**kw):

@@ -5,7 +5,7 @@ import collections
 import pytest
 
 from vermem_jax import paths
-from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import recovery
@@ -19,7 +19,7 @@ from vermem_jax.tokenization import load_tokenizer
 
 @pytest.fixture(scope='module')
 def validation(hotpotqa_dir):
-  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)
+  return hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)
 
 
 def _longest(examples, counter, n):

@@ -1,4 +1,4 @@
-"""Tests for MemoryState <-> JSON (vermem_jax/memory/state_json.py; SPEC §1)."""
+"""Tests for MemoryState <-> JSON (vermem_jax/memory/state.py; SPEC §1)."""
 import json
 
 import pytest

@@ -6,6 +6,7 @@ import pytest
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import episodes as ep
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
@@ -15,7 +16,7 @@ from vermem_jax.train import rl_selection
 
 @pytest.fixture(scope='module')
 def dev_specs(hotpotqa_dir):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   _, dev = hotpotqa.split_train_pools(examples)
   cfg = ep.ScenarioConfig(num_dev=4, context_budget=2048)
   return ep.build_episodes(dev, 'B', count_tokens=count, config=cfg, split='dev'), dev

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 
 
@@ -17,7 +18,7 @@ def tokenizer(qwen25_tokenizer_dir):
 
 @pytest.fixture(scope="module")
 def example(hotpotqa_dir):
-  return hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)[0]
+  return hotpotqa_sources.load_examples("json", "train", data_dir=hotpotqa_dir)[0]
 
 
 @pytest.mark.parametrize("reply,kind,answer", [

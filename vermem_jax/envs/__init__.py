@@ -24,8 +24,9 @@ from vermem_jax.envs.environment import (DecisionRecord, EnvConfig, EpisodeResul
                                          run_episodes)
 from vermem_jax.envs.hotpotqa import (DataConfig, EvidenceUnit, Example, Paragraph,
                                       evidence_units, example_from_hf_row,
-                                      example_from_json_row, load_examples,
-                                      split_train_pools, supporting_unit_ids)
+                                      example_from_json_row, split_train_pools,
+                                      supporting_unit_ids)
+from vermem_jax.envs.hotpotqa_sources import load_examples
 from vermem_jax.envs.task_solvers import (LLMTaskSolver, OracleEvidenceReader,
                                           SolverConfig, SolverInput, SolverOutput,
                                           TaskSolver)

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs.environment import EpisodeSpec, Observation
 from vermem_jax.envs.scenarios.build import build_episode, build_episodes
 from vermem_jax.envs.scenarios.initial_state import validate_initial_state
@@ -56,7 +57,7 @@ def load_pools(data_config: hotpotqa.DataConfig = hotpotqa.DataConfig(),
 
   Raises whatever `hotpotqa.load_from_config` raises (missing file, malformed row).
   """
-  examples = hotpotqa.load_from_config(data_config, hotpotqa.TRAIN)
+  examples = hotpotqa_sources.load_from_config(data_config, hotpotqa.TRAIN)
   return hotpotqa.split_train_pools(examples, dev_fraction=data_config.dev_fraction,
                                     seed=data_config.split_seed)
 

@@ -42,6 +42,7 @@ import ml_collections
 
 from vermem_jax import config_util
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.eval import aggregate
 from vermem_jax.eval import benchmark_suite
 from vermem_jax.eval import episodes
@@ -86,7 +87,7 @@ class HotpotQASuite:
     self.judge_cfg = config_util.dataclass_from_mapping(judges.JudgeConfig,
                                                         ev.judge.to_dict())
     self.rule = metrics.resolve_success_rule(ev.success_rule, bool(self.judge_cfg.backend))
-    self.examples = hotpotqa.load_from_config(
+    self.examples = hotpotqa_sources.load_from_config(
         hotpotqa.DataConfig.from_config(config.data.to_dict()), hotpotqa.VALIDATION)
     self.by_id = {ex.id: ex for ex in self.examples}
     self.solver = task_solver_setup.make_task_solver(config, tok, self.examples,
