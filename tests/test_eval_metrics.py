@@ -6,7 +6,7 @@ from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 
 
@@ -68,7 +68,7 @@ def test_success_rules():
 def test_episode_record_from_an_oracle_run(examples):
   ex = examples[0]
   # Unbounded context and documents: one observation per passage, all in C.
-  cfg = mexec.ExecutorConfig(context_budget=100000, policy_input_limit=100000,
+  cfg = mconfig.ExecutorConfig(context_budget=100000, policy_input_limit=100000,
                              max_doc_tokens=100000)
   spec = episodes.build_episode(ex, count_tokens=count, executor_config=cfg)
   oracle = ts.OracleEvidenceReader.from_examples([ex])

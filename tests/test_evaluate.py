@@ -12,6 +12,7 @@ from experiments.configs import common
 from vermem_jax.eval import evaluate
 from vermem_jax.eval import policies as eval_policies
 from vermem_jax.models import qwen
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
@@ -241,7 +242,7 @@ def test_cli_runs_dry_runs_and_rejects(tmp_path, workdir):
 
 def test_missing_phase_checkpoint_is_named(tmp_path):
   sources = eval_policies.parse_policies('base,phase_c', str(tmp_path))
-  with pytest.raises(checkpoints.CheckpointError, match='phase_c'):
+  with pytest.raises(checkpoint_values.CheckpointError, match='phase_c'):
     eval_policies.check_available(sources, str(tmp_path))
   with pytest.raises(ValueError, match='not a directory'):
     eval_policies.check_available(

@@ -17,7 +17,7 @@ from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
-from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.memory.token_count import count_whitespace_tokens
 
 

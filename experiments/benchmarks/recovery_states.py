@@ -22,7 +22,7 @@ from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers
 from vermem_jax.eval import episodes
 from vermem_jax.eval import recovery
-from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.memory import state as mstate
 from vermem_jax.tokenization import load_tokenizer
 

@@ -51,7 +51,7 @@ import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from vermem_jax.envs import answer_metrics
-from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands
 
 # Success rules for HotpotQA episodes (config `eval.success_rule`).
@@ -73,7 +73,7 @@ RECOVERY_PREFIX = 'recovery_'
 UNPARSEABLE = 'Unparseable'
 
 
-def decision_kind(d: environment.DecisionRecord) -> str:
+def decision_kind(d: episode_types.DecisionRecord) -> str:
   """The op-mix name of one decision: its tool when it is a tool call (executed or
   rejected), 'Null' for an accepted ∅, `UNPARSEABLE` for text that is not a command."""
   if d.is_tool_call or (d.op == commands.NULL and d.accepted):
@@ -81,7 +81,7 @@ def decision_kind(d: environment.DecisionRecord) -> str:
   return UNPARSEABLE
 
 
-def decision_row(d: environment.DecisionRecord) -> dict[str, Any]:
+def decision_row(d: episode_types.DecisionRecord) -> dict[str, Any]:
   """One decision of the JSONL record (tokens of both calls of step t)."""
   b = d.solver_output
   row = {'step': d.step, 'command': d.command, 'op': d.op, 'accepted': d.accepted,
@@ -97,7 +97,7 @@ def decision_row(d: environment.DecisionRecord) -> dict[str, Any]:
   return row
 
 
-def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
+def episode_record(result: episode_types.EpisodeResult, *, policy: str, seed: int,
                    budget: Optional[int] = None) -> dict[str, Any]:
   """The JSON record of one evaluation episode (module docstring). HotpotQA:
   `success` is set to EM = 1 here and replaced by `apply_success_rule` once judges

@@ -27,17 +27,18 @@ import numpy as np
 
 from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards
 from vermem_jax.rl import task_selection
-from vermem_jax.train import checkpoints
+from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import internal_dev
 
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')
 DEFAULT_METRIC = 'r_task'
 
 
-def episode_scores(result: environment.EpisodeResult) -> dict[str, float]:
+def episode_scores(result: episode_types.EpisodeResult) -> dict[str, float]:
   """Every selection metric of one finished dev episode."""
   gold = result.spec.example.answer
   answer = result.final_answer
@@ -58,9 +59,9 @@ def check_metric(metric: str) -> str:
   return metric
 
 
-def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver: Any, *,
+def dev_evaluation(specs: Sequence[episode_types.EpisodeSpec], policy: Any, solver: Any, *,
                    count_tokens: Callable[[str], int], executor_config: Any,
-                   env_config: environment.EnvConfig, seed: int, metric: str,
+                   env_config: episode_types.EnvConfig, seed: int, metric: str,
                    group: Any = None) -> dict[str, float]:
   """Runs the dev episodes greedily and scores them.
 
@@ -121,8 +122,8 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
 
 def selection_metrics(dev: dict[str, float], step: int) -> dict[str, float]:
   """The checkpoint's selection metrics (`checkpoints.rl_selection_key`)."""
-  return {checkpoints.RL_SELECTION_SCORE: float(dev['dev/score']),
-          checkpoints.RL_SELECTION_STEP: int(step)}
+  return {checkpoint_selection.RL_SELECTION_SCORE: float(dev['dev/score']),
+          checkpoint_selection.RL_SELECTION_STEP: int(step)}
 
 
 def is_eval_step(update: int, total: int, eval_every: int) -> bool:
