@@ -38,7 +38,7 @@ from absl import flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from experiments.cli import config_argv  # noqa: E402
-from vermem_jax.train import checkpoints  # noqa: E402
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import export as export_lib  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -57,7 +57,7 @@ def main(argv) -> int:
   try:
     meta = export_lib.export(config, _WORKDIR.value, _PHASE.value, _OUT.value,
                              _DTYPE.value)
-  except (ValueError, FileNotFoundError, checkpoints.CheckpointError) as e:
+  except (ValueError, FileNotFoundError, checkpoint_values.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   print(f'exported {meta["phase"]} step {meta["step"]} to {_OUT.value} '

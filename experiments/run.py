@@ -27,7 +27,7 @@ config problem as an error (exit status 2, as the real run would).
 `--config=eval_hotpotqa.py` trains nothing: it evaluates the workdir's policies (Base
 and every phase with a checkpoint, or `--config.eval.policies`) on the HotpotQA
 validation questions and writes tables, JSON, per-episode JSONL and figures to
-`<workdir>/eval_hotpotqa/` (vermem_jax/train/evaluate.py), printing the table.
+`<workdir>/eval_hotpotqa/` (vermem_jax/eval/evaluate.py), printing the table.
 `eval_alfworld.py`, `eval_scienceworld.py`, `eval_pddl.py` and `eval_babyai.py` do the
 same on an interactive benchmark's test instances (`<workdir>/eval_<benchmark>/`), and
 `table2.py` gathers the evaluations found in the workdir into Table 2 and the
@@ -250,10 +250,10 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
 
 def _run_eval(config: ml_collections.ConfigDict, workdir: str,
               overrides: dict[str, Any], *, dry_run: bool) -> list[str]:
-  """Evaluates the workdir's policies (`train.evaluate`); prints the table. A dry run
+  """Evaluates the workdir's policies (`eval.evaluate`); prints the table. A dry run
   prints the config and the policies that would be evaluated; a config problem then
   raises ValueError (status 2), as in the real run."""
-  from vermem_jax.train import eval_policies  # pylint: disable=g-import-not-at-top
+  from vermem_jax.eval import policies as eval_policies  # pylint: disable=g-import-not-at-top
   if dry_run:
     problem = _validation_problem(config)  # raised after the printout, as `_dry_run` does
     _print_config(config, workdir, overrides)
@@ -279,7 +279,7 @@ def _run_eval(config: ml_collections.ConfigDict, workdir: str,
       layout.workdirs[int(config.eval.seeds[0])]):
     logging.warning('%s holds no phase checkpoint: evaluating Base only', workdir)
   preflight.check_workdir_writable(workdir)
-  from vermem_jax.train import evaluate  # pylint: disable=g-import-not-at-top
+  from vermem_jax.eval import evaluate  # pylint: disable=g-import-not-at-top
   with workdir_lock.phase_lock(workdir, evaluate.output_subdir(config)):
     result = evaluate.run_evaluation(config, workdir)
   print(result['table'])

@@ -43,7 +43,8 @@ def hotpotqa_dir(data_dir):
 def pools(hotpotqa_dir):
   """(construction pool, internal-dev pool) of the HotpotQA train sample (SPEC §4)."""
   from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
-  examples = hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
+  from vermem_jax.envs import hotpotqa_sources  # pylint: disable=import-outside-toplevel
+  examples = hotpotqa_sources.load_examples("json", "train", data_dir=hotpotqa_dir)
   return hotpotqa.split_train_pools(examples)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vermem_jax.rl import advantages as A
+from vermem_jax.rl import running_stats
 
 RTOL = 1e-5
 CFG = A.AdvantageConfig()
@@ -90,7 +91,7 @@ def test_clip_at_five():
 def test_running_stats_init_update_reference():
   rng = np.random.default_rng(1)
   init = rng.uniform(size=128)
-  rs = A.RunningStats(decay=0.99)
+  rs = running_stats.RunningStats(decay=0.99)
   rs.init_from({'Add': init})
   mean, std = rs.get('Add')
   assert mean == pytest.approx(init.mean(), rel=RTOL)
@@ -116,7 +117,7 @@ def test_running_stats_init_update_reference():
 
 def test_a_type_without_statistics_gets_them_from_its_first_update():
   # Phase start: statistics for ∅ only (e.g. no dev transition of Retrieve was scored).
-  rs = A.RunningStats(decay=0.99)
+  rs = running_stats.RunningStats(decay=0.99)
   rs.init_from({'Null': [0.5, 1.0]})
   assert not rs.is_initialized('Retrieve')
   # Update 1: three scored Retrieves, fewer than local_min_count (8): no statistics to
@@ -153,10 +154,10 @@ def test_a_type_without_statistics_gets_them_from_its_first_update():
 
 
 def test_running_stats_reset_serialize_and_errors():
-  rs = A.RunningStats()
+  rs = running_stats.RunningStats()
   rs.init_from({'Null': [0.5, 0.75], 'Filter': [1.0]})
   state = json.loads(json.dumps(rs.to_dict()))
-  back = A.RunningStats.from_dict(state)
+  back = running_stats.RunningStats.from_dict(state)
   assert back.get('Null') == rs.get('Null') and back.get('Filter') == rs.get('Filter')
   assert back.count('Null') == 2 and back.decay == 0.99
   rs.init_from({'Add': [0.1]})  # re-initialization (phase start) forgets other ops
@@ -168,9 +169,9 @@ def test_running_stats_reset_serialize_and_errors():
   with pytest.raises(ValueError, match="no scores"):
     rs.init_from({'Add': []})
   with pytest.raises(ValueError, match="malformed"):
-    A.RunningStats.from_dict({'ops': {}})
+    running_stats.RunningStats.from_dict({'ops': {}})
   with pytest.raises(ValueError, match="bad statistics"):
-    A.RunningStats.from_dict({'decay': 0.99,
+    running_stats.RunningStats.from_dict({'decay': 0.99,
                               'ops': {'Add': {'mean': 0.5, 'var': -1, 'count': 3}}})
 
 
@@ -224,7 +225,7 @@ def test_full_mode_matches_reference_and_uses_running_stats_for_rare_ops():
   b = _batch(rng)
   n_delete = sum(1 for o, a in zip(b['ops'], b['accepted']) if o == 'Delete' and a)
   assert 1 <= n_delete <= 7
-  rs = A.RunningStats()
+  rs = running_stats.RunningStats()
   init = {'Add': rng.uniform(size=128), 'Delete': rng.uniform(0.2, 0.6, size=128),
           'Null': rng.uniform(size=128)}
   rs.init_from(init)
@@ -259,7 +260,7 @@ def test_full_mode_matches_reference_and_uses_running_stats_for_rare_ops():
 
 
 def test_seven_instances_use_running_stats_eight_use_batch():
-  rs = A.RunningStats()
+  rs = running_stats.RunningStats()
   rs.init_from({'Summarize': [0.4, 0.6]})  # μ 0.5, σ 0.1
   scores = np.linspace(0.0, 1.0, 8)
   for n, source in ((7, 'running'), (8, 'batch')):
@@ -286,7 +287,7 @@ def test_uninitialized_rare_op_gets_zero_local_advantage():
   out = A.compute_advantages(
       group_ids=[0], trajectory_index=[0, 0], ops=['Retrieve', 'Retrieve'],
       accepted=[True, True], costs=[0.0, 0.0], r_local=[0.2, 0.9], r_global=[0.5],
-      config=CFG, running_stats=A.RunningStats())
+      config=CFG, running_stats=running_stats.RunningStats())
   assert out.local_ops['Retrieve'].source == 'none'
   np.testing.assert_array_equal(out.a_local, [0.0, 0.0])
 
@@ -319,7 +320,7 @@ def _random_case(rng, seed):
 def test_each_mode_matches_the_paper_definition_on_random_groups(mode):
   for seed in range(5):
     b, rs_init, lam = _random_case(np.random.default_rng(100 + seed), seed)
-    rs = A.RunningStats()
+    rs = running_stats.RunningStats()
     rs.init_from(rs_init)
     before = {op: rs.get(op) for op in rs_init}
     cfg = A.AdvantageConfig(mode=mode, lambda_local=lam[0], lambda_global=lam[1],
@@ -337,7 +338,7 @@ def test_plus_local_is_no_verify_plus_a_local():
   b = _batch(rng)
   rs_init = {'Add': rng.uniform(size=16), 'Null': rng.uniform(size=16)}
   def run(mode):
-    rs = A.RunningStats()
+    rs = running_stats.RunningStats()
     rs.init_from(rs_init)
     return A.compute_advantages(**b, config=A.AdvantageConfig(mode=mode),
                                 running_stats=rs)
@@ -351,7 +352,7 @@ def test_plus_local_is_no_verify_plus_a_local():
   np.testing.assert_allclose(out.a_hier, nv.a_hier)
   with pytest.raises(ValueError, match="requires r_task"):
     A.compute_advantages(**dict(b, r_task=None), config=A.AdvantageConfig(
-        mode='plus_local'), running_stats=A.RunningStats())
+        mode='plus_local'), running_stats=running_stats.RunningStats())
 
 
 @pytest.mark.parametrize('old', ['local_only', 'global_only'])
@@ -366,7 +367,7 @@ def test_retired_mode_names_are_refused_naming_the_new_ones(old):
 
 def test_bad_inputs_raise():
   good = dict(group_ids=[0], trajectory_index=[0], ops=['Add'], accepted=[True],
-              costs=[0.0], r_local=[0.5], r_global=[0.5], running_stats=A.RunningStats())
+              costs=[0.0], r_local=[0.5], r_global=[0.5], running_stats=running_stats.RunningStats())
   A.compute_advantages(**good)
   with pytest.raises(ValueError, match="unknown operation type"):
     A.compute_advantages(**dict(good, ops=['add']))
@@ -387,7 +388,7 @@ def test_bad_inputs_raise():
 def test_invalid_op_allowed_only_when_rejected():
   base = dict(group_ids=[0, 0], trajectory_index=[0, 1], ops=['Invalid', 'Add'],
               costs=[1.0, 0.0], r_local=[np.nan, 0.5], r_global=[0.2, 0.8],
-              running_stats=A.RunningStats())
+              running_stats=running_stats.RunningStats())
   out = A.compute_advantages(**base, accepted=[False, True])
   assert out.a_local[0] == 0.0
   np.testing.assert_allclose(out.a_hier[0], out.a_global[0] - 1.0)
@@ -455,7 +456,7 @@ def test_rejection_preference_hand_case():
 
 def test_eq5_and_the_rejection_floor_on_a_hand_computed_update():
   eq5 = A.compute_advantages(**HAND, config=A.AdvantageConfig(**HAND_CFG),
-                             running_stats=A.RunningStats())
+                             running_stats=running_stats.RunningStats())
   np.testing.assert_allclose(eq5.a_hier, HAND_EQ5, rtol=0, atol=1e-12)
   m = eq5.metrics
   assert m['advantage/rejection_preference_share'] == pytest.approx(2 / 3)
@@ -464,7 +465,7 @@ def test_eq5_and_the_rejection_floor_on_a_hand_computed_update():
   assert m['advantage/num_rejections_floored'] == 0.0
   out = A.compute_advantages(
       **HAND, config=A.AdvantageConfig(**HAND_CFG, rejection_floor='below_executable'),
-      running_stats=A.RunningStats())
+      running_stats=running_stats.RunningStats())
   np.testing.assert_allclose(out.a_hier, HAND_FLOORED, rtol=0, atol=1e-12)
   # Only A^hier moves: A^local, A^global and the costs stay Eq. 5's.
   np.testing.assert_array_equal(out.a_local, eq5.a_local)
@@ -509,7 +510,7 @@ def test_rejection_floor_in_every_mode_matches_the_reference_and_zeroes_the_shar
     b, rs_init, lam = _random_case(np.random.default_rng(200 + seed), seed)
     outs = {}
     for floor in A.REJECTION_FLOORS:
-      rs = A.RunningStats()
+      rs = running_stats.RunningStats()
       rs.init_from(rs_init)
       before = {op: rs.get(op) for op in rs_init}
       cfg = A.AdvantageConfig(mode=mode, lambda_local=lam[0], lambda_global=lam[1],

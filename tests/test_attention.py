@@ -14,10 +14,12 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 
 from vermem_jax.models import attention
+from vermem_jax.models import kv_cache
 from vermem_jax.models import qwen
 from vermem_jax.models.attention import AttentionMask
+from vermem_jax.models import qwen_config
 
-SMALL = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
+SMALL = qwen_config.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
                         num_hidden_layers=2, num_attention_heads=4,
                         num_key_value_heads=2, head_dim=16, rope_theta=10_000.0,
                         max_position_embeddings=512)
@@ -121,7 +123,7 @@ def _run_model(config, qk_norm):
     return jnp.sum(jnp.where(mask[..., None] > 0, full(p), 0.0) ** 2) * 1e-3
 
   def decode(p):
-    cache = qwen.init_cache(config, b, t + 3)
+    cache = kv_cache.init_cache(config, b, t + 3)
     logits, cache = model.apply({'params': p}, ids, attention_mask=mask, cache=cache)
     steps = [logits[:, -1]]
     for _ in range(3):

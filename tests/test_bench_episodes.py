@@ -10,17 +10,18 @@ import pytest
 from bench_support import require_benchmark, require_scienceworld
 from vermem_jax.envs import action_solvers as A
 from vermem_jax.envs import environment as E
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import interactive as I
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import bench_episodes as be
 from vermem_jax.eval import episodes as hq_episodes
 from vermem_jax.eval import frontier
 from vermem_jax.eval import metrics
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import state as mstate
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 
-CFG = mexec.ExecutorConfig(phase='C', context_budget=400, policy_input_limit=3000)
+CFG = mconfig.ExecutorConfig(phase='C', context_budget=400, policy_input_limit=3000)
 _ENV_ITEM = re.compile(r'current environment item "?([^";\s]+)"?;')
 _ITEM = re.compile(r'^\["([^"]+)" (\w+)[^\]]*\] (".*")$', re.MULTILINE)
 
@@ -51,7 +52,7 @@ class ScriptedMemoryPolicy:
         cmd = 'remember all of this please'
       else:
         cmd = '∅'
-      out.append(E.PolicyOutput(cmd, count(x), count(cmd)))
+      out.append(episode_types.PolicyOutput(cmd, count(x), count(cmd)))
     return out
 
 
@@ -233,7 +234,7 @@ def test_loop_contract_on_a_toy_env():
   rec = metrics.episode_record(res, policy='base', seed=1)
   assert rec['invalid_actions'] == 2  # the help command (no list here) and 'jump'
   with pytest.raises(ValueError, match='observations must be empty'):
-    E.EpisodeSpec('x', None, spec.initial_state, observations=(E.Observation('a'),),
+    episode_types.EpisodeSpec('x', None, spec.initial_state, observations=(episode_types.Observation('a'),),
                   env=env)
   with pytest.raises(ValueError, match='example or an interactive environment'):
-    E.EpisodeSpec('x', None, spec.initial_state)
+    episode_types.EpisodeSpec('x', None, spec.initial_state)

@@ -16,6 +16,8 @@ import numpy as np
 import optax
 import pytest
 
+from vermem_jax.train import checkpoint_values
+from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints as ck
 
 # Orbax's failed restores of corrupt files can leave an asyncio callback behind.
@@ -148,12 +150,12 @@ def test_full_tie_goes_to_the_later_step(tmp_path):
 
 
 def test_selection_key():
-  assert ck.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.1}) > \
-      ck.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.2})
-  assert ck.sft_selection_key({'tool_accuracy': 0.6, 'invalid_rate': 0.9}) > \
-      ck.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.0})
+  assert checkpoint_selection.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.1}) > \
+      checkpoint_selection.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.2})
+  assert checkpoint_selection.sft_selection_key({'tool_accuracy': 0.6, 'invalid_rate': 0.9}) > \
+      checkpoint_selection.sft_selection_key({'tool_accuracy': 0.5, 'invalid_rate': 0.0})
   with pytest.raises(KeyError, match='invalid_rate'):
-    ck.sft_selection_key({'tool_accuracy': 0.5})
+    checkpoint_selection.sft_selection_key({'tool_accuracy': 0.5})
 
 
 def _files(d):
@@ -184,7 +186,7 @@ def test_corrupt_latest_falls_back(tmp_path, caplog, how):
   msgs = ' '.join(r.getMessage() for r in caplog.records)
   assert 'step 3' in msgs and 'unrestorable' in msgs
   assert _files(d) == before  # restoring deletes nothing
-  with pytest.raises(ck.CheckpointError, match='step 3'):
+  with pytest.raises(checkpoint_values.CheckpointError, match='step 3'):
     mgr.restore(_template(), step=3)
   # Continuing from step 2 and saving step 3 moves the bad step aside (not deleted).
   mgr.save(_state(3, seed=33))
@@ -206,12 +208,12 @@ def test_no_restorable_checkpoint_raises(tmp_path):
   for s in (1, 2):
     _corrupt_arrays(os.path.join(d, str(s)))
   with ck.PhaseCheckpointManager(d) as mgr:
-    with pytest.raises(ck.CheckpointError, match=r'no restorable checkpoint[\s\S]*step 2'
+    with pytest.raises(checkpoint_values.CheckpointError, match=r'no restorable checkpoint[\s\S]*step 2'
                        r'[\s\S]*step 1'):
       mgr.restore(_template())
-  with pytest.raises(ck.CheckpointError, match='no restorable checkpoint'):
+  with pytest.raises(checkpoint_values.CheckpointError, match='no restorable checkpoint'):
     ck.restore_params_only(str(d))
-  with pytest.raises(ck.CheckpointError, match='no checkpoint directory'):
+  with pytest.raises(checkpoint_values.CheckpointError, match='no checkpoint directory'):
     ck.restore_params_only(str(tmp_path / 'missing'))
 
 
@@ -236,11 +238,11 @@ def test_partially_written_step_is_ignored(tmp_path):
 def test_save_refuses_old_step_and_bad_json(tmp_path):
   with ck.PhaseCheckpointManager(tmp_path / 'x') as mgr:
     mgr.save(_state(4))
-    with pytest.raises(ck.CheckpointError, match='step 4 already exists'):
+    with pytest.raises(checkpoint_values.CheckpointError, match='step 4 already exists'):
       mgr.save(_state(3))
     bad = _state(5)
     bad.running_stats = {'Add': object()}
-    with pytest.raises(ck.CheckpointError, match='running_stats.Add'):
+    with pytest.raises(checkpoint_values.CheckpointError, match='running_stats.Add'):
       mgr.save(bad)
     assert mgr.all_steps() == [4]
 
@@ -252,7 +254,7 @@ def test_save_refuses_non_finite_params(tmp_path):
       bad = _state(2)
       kernel = bad.params['layers_0']['mlp']['kernel']
       bad.params['layers_0']['mlp']['kernel'] = kernel.at[1, 2].set(bad_value)
-      with pytest.raises(ck.CheckpointError, match='NaN or Inf'):
+      with pytest.raises(checkpoint_values.CheckpointError, match='NaN or Inf'):
         mgr.save(bad)
     assert mgr.all_steps() == [1]
     _assert_tree_equal(mgr.restore(_template()).params, _state(1).params)
@@ -263,7 +265,7 @@ def test_template_mismatch_is_an_error_not_a_silent_reshape(tmp_path):
     mgr.save(_state(1))
     t = _template()
     t.params = {'other': jnp.zeros((2,))}
-    with pytest.raises(ck.CheckpointError):
+    with pytest.raises(checkpoint_values.CheckpointError):
       mgr.restore(t, step=1)
 
 
@@ -329,11 +331,11 @@ def test_other_model_gives_mismatch_hint_and_stray_entries_are_ignored(tmp_path)
   with ck.PhaseCheckpointManager(d) as mgr:
     assert mgr.all_steps() == [1, 2]
   for other in ({'w': jnp.zeros((4,))}, {'v': jnp.zeros((3,))}):
-    with pytest.raises(ck.CheckpointError, match=r'(?s)step 2: .*step 1: .*written for '
+    with pytest.raises(checkpoint_values.CheckpointError, match=r'(?s)step 2: .*step 1: .*written for '
                        r'another model .*Nothing was deleted'):
       ck.restore_params_only(str(d), other)
     with ck.PhaseCheckpointManager(d) as mgr:
-      with pytest.raises(ck.CheckpointError, match='written for another model'):
+      with pytest.raises(checkpoint_values.CheckpointError, match='written for another model'):
         mgr.restore(ck.TrainState(step=0, params=other))
   assert sorted(os.listdir(d)) == ['1', '2', 'backup_old', 'notes.txt']
   params, step = ck.restore_params_only(str(d), {'w': jnp.zeros((3,))})
@@ -341,7 +343,7 @@ def test_other_model_gives_mismatch_hint_and_stray_entries_are_ignored(tmp_path)
   # A genuinely corrupt step is not described as a model mismatch.
   _corrupt_arrays(os.path.join(d, '2'))
   _corrupt_arrays(os.path.join(d, '1'))
-  with pytest.raises(ck.CheckpointError) as err:
+  with pytest.raises(checkpoint_values.CheckpointError) as err:
     ck.restore_params_only(str(d), {'w': jnp.zeros((3,))})
   assert 'another model' not in str(err.value)
 
@@ -369,12 +371,12 @@ def test_async_save_returns_before_commit_and_reads_wait(tmp_path):
 def test_rl_selection_prefers_score_then_later_step(tmp_path):
   """RL phases select on the internal-dev score, ties to the later step (paper C.8);
   restore_params_only(prefer_best=True) returns that step for the next phase."""
-  assert ck.rl_selection_key({'dev_score': 0.5, 'step': 4}) > ck.rl_selection_key(
+  assert checkpoint_selection.rl_selection_key({'dev_score': 0.5, 'step': 4}) > checkpoint_selection.rl_selection_key(
       {'dev_score': 0.5, 'step': 2})
-  assert ck.selection_key({'dev_score': 0.6, 'step': 1}) > ck.selection_key(
+  assert checkpoint_selection.selection_key({'dev_score': 0.6, 'step': 1}) > checkpoint_selection.selection_key(
       {'dev_score': 0.5, 'step': 9})
   with pytest.raises(KeyError, match='step'):
-    ck.rl_selection_key({'dev_score': 0.5})
+    checkpoint_selection.rl_selection_key({'dev_score': 0.5})
   d = tmp_path / 'phase_a'
   params = lambda v: {'w': np.full((2,), v, np.float32)}  # noqa: E731
   scores = {1: 0.25, 2: 0.75, 3: 0.5, 4: 0.75, 5: 0.0}

@@ -19,6 +19,7 @@ from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import config as memory_config
 from vermem_jax.rl import advantages
 from vermem_jax.rl import rewards
+from vermem_jax.rl import running_stats
 from vermem_jax.verifiers import base as verifier_base
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
@@ -333,7 +334,7 @@ def test_paper_config_is_eq5_exactly_and_skips_failed_verifier_calls(phase):
   out = advantages.compute_advantages(
       group_ids=[0, 0], trajectory_index=[0, 1, 0], ops=['Null', 'Null', 'Delete'],
       accepted=[True, True, False], costs=[0.0, 0.0, 0.5], r_local=[1.0, 0.5, np.nan],
-      r_global=[0.75, 0.25], config=cfg, running_stats=advantages.RunningStats())
+      r_global=[0.75, 0.25], config=cfg, running_stats=running_stats.RunningStats())
   np.testing.assert_allclose(out.a_hier, [2.0, -2.0, 0.5], rtol=0, atol=1e-12)
   assert out.metrics['advantage/rejection_preference_share'] == 0.5
 

@@ -5,10 +5,13 @@ import re
 
 import pytest
 
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment as env
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
-from vermem_jax.eval import hotpotqa_metrics
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
@@ -18,7 +21,7 @@ INSTRUCTION = "Answer the question from the context."
 
 @pytest.fixture(scope="module")
 def examples(hotpotqa_dir):
-  return hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)[:6]
+  return hotpotqa_sources.load_examples("json", "train", data_dir=hotpotqa_dir)[:6]
 
 
 def _paragraph_text(para):
@@ -47,9 +50,9 @@ def recovery_case(example, *, max_decisions=4):
       gold_events.append(event_id)
   s, _ = mstate.add_context(s, mstate.OBSERVATION, _paragraph_text(distractors[3]),
                             count, source_refs=_paragraph_refs(distractors[3]))
-  schedule = tuple(env.Observation(_paragraph_text(p), _paragraph_refs(p))
+  schedule = tuple(episode_types.Observation(_paragraph_text(p), _paragraph_refs(p))
                    for p in distractors[4:6])
-  spec = env.EpisodeSpec(episode_id=f"{example.id}/recovery", example=example,
+  spec = episode_types.EpisodeSpec(episode_id=f"{example.id}/recovery", example=example,
                          initial_state=s, observations=schedule, phase="B",
                          max_decisions=max_decisions)
   return spec, gold_events
@@ -71,7 +74,7 @@ class ScriptedPolicy:
     for x in xs:
       (q,) = [q for q in self.scripts if q in x]
       cmd = self.scripts[q].pop(0) if self.scripts[q] else "∅"
-      outs.append(env.PolicyOutput(cmd, self.input_tokens, self.output_tokens))
+      outs.append(episode_types.PolicyOutput(cmd, self.input_tokens, self.output_tokens))
     return outs
 
 
@@ -87,7 +90,7 @@ def test_recovery_scripted_policy_answers_null_policy_does_not(examples):
     refs = ", ".join(f'"{e}"' for e in gold_events)
     scripts[ex.question] = [f"SelectEpisode(selected_refs=[{refs}])"]
   oracle = ts.OracleEvidenceReader.from_examples(examples)
-  cfg = mexec.ExecutorConfig(phase="B")
+  cfg = mconfig.ExecutorConfig(phase="B")
 
   policy = ScriptedPolicy(scripts)
   results = env.run_episodes(specs, policy, oracle, count_tokens=count,
@@ -97,8 +100,8 @@ def test_recovery_scripted_policy_answers_null_policy_does_not(examples):
     (d,) = res.decisions
     assert d.op == "SelectEpisode" and d.accepted and d.cost == 0.0
     assert res.final_answer == ex.answer
-    r_task = 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
-                    + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+    r_task = 0.5 * (answer_metrics.exact_match(res.final_answer, ex.answer)
+                    + answer_metrics.f1_score(res.final_answer, ex.answer))
     assert r_task == 1.0
     assert res.tool_calls == 1 and res.task_steps == 1
     # The evidence was not in C_0: the same oracle on s_0 continues.
@@ -122,7 +125,7 @@ def test_records_chain_states_and_observations(examples):
   spec, _ = recovery_case(examples[0])
   oracle = ts.OracleEvidenceReader.from_examples(examples)
   (res,) = env.run_episodes([spec], null_policy, oracle, count_tokens=count,
-                            executor_config=mexec.ExecutorConfig(phase="B"))
+                            executor_config=mconfig.ExecutorConfig(phase="B"))
   ds = res.decisions
   assert ds[0].state is spec.initial_state
   for a, b in zip(ds, ds[1:]):
@@ -166,9 +169,9 @@ class FixedCostSolver(ts.TaskSolver):
 
 def _long_spec(example, n_obs=6, **kw):
   s = mstate.new_state(example.id, example.question, count, instruction=INSTRUCTION)
-  obs = tuple(env.Observation(_paragraph_text(p), _paragraph_refs(p))
+  obs = tuple(episode_types.Observation(_paragraph_text(p), _paragraph_refs(p))
               for p in example.context[:n_obs])
-  return env.EpisodeSpec(episode_id=example.id, example=example, initial_state=s,
+  return episode_types.EpisodeSpec(episode_id=example.id, example=example, initial_state=s,
                          observations=obs, **kw)
 
 
@@ -196,7 +199,7 @@ def test_token_accounting_with_real_counts(examples, qwen25_tokenizer_dir):
   oracle = ts.OracleEvidenceReader.from_examples([ex], tokenizer=tok)
 
   def policy(xs):
-    return [env.PolicyOutput("∅", tok.count_tokens(x), 2) for x in xs]
+    return [episode_types.PolicyOutput("∅", tok.count_tokens(x), 2) for x in xs]
 
   (res,) = env.run_episodes([spec], policy, oracle, count_tokens=tok.count_tokens)
   assert res.num_decisions == 3
@@ -241,7 +244,7 @@ def test_terminates_on_token_budget(examples):
   # EnvConfig supplies the budget when the spec has none: 148, then 253 > 148.
   (res2,) = env.run_episodes([_long_spec(ex)], policy, FixedCostSolver(40, 3),
                              count_tokens=count,
-                             env_config=env.EnvConfig(token_budget=148))
+                             env_config=episode_types.EnvConfig(token_budget=148))
   assert res2.terminated_by == "token_budget" and res2.online_tokens == 253
   assert res2.num_decisions == 2 and res2.task_steps == 1
 
@@ -258,7 +261,7 @@ def test_terminates_on_rollout_limit_and_batches(examples):
   assert solver.batch_sizes == [3, 2, 1, 1]  # live episodes batched at every step
   # Default rollout limit from EnvConfig.
   (r,) = env.run_episodes([_long_spec(examples[0])], null_policy, FixedCostSolver(1, 1),
-                          count_tokens=count, env_config=env.EnvConfig(rollout_limit=3))
+                          count_tokens=count, env_config=episode_types.EnvConfig(rollout_limit=3))
   assert r.terminated_by == "rollout_limit" and r.num_decisions == 3
   with pytest.raises(ValueError, match="max_decisions"):
     env.run_episodes([_long_spec(examples[0], max_decisions=0)], null_policy,
@@ -283,7 +286,7 @@ def test_k_copies_share_initial_state_and_rejections_are_recorded(examples):
 
   oracle = ts.OracleEvidenceReader.from_examples([ex])
   results = env.run_episodes([spec] * 3, policy, oracle, count_tokens=count,
-                             executor_config=mexec.ExecutorConfig(phase="B"))
+                             executor_config=mconfig.ExecutorConfig(phase="B"))
   good, bad, not_allowed = results
   assert good.final_answer == ex.answer
   d = bad.decisions[0]
@@ -303,7 +306,7 @@ def test_k_copies_share_initial_state_and_rejections_are_recorded(examples):
 def test_observation_overflow_charged_to_decision(examples):
   ex = examples[3]
   spec = _long_spec(ex, n_obs=3)
-  small = mexec.ExecutorConfig(context_budget=40)
+  small = mconfig.ExecutorConfig(context_budget=40)
   (res,) = env.run_episodes([spec], null_policy, FixedCostSolver(1, 1),
                             count_tokens=count, executor_config=small)
   overflowed = [d for d in res.decisions
@@ -322,8 +325,8 @@ def test_policy_output_count_mismatch_raises(examples):
 
 
 def test_configs_from_sections():
-  cfg = env.EnvConfig.from_config({"rollout_limit": 5, "token_budget": 10, "seed": 0})
-  assert cfg == env.EnvConfig(rollout_limit=5, token_budget=10)
+  cfg = episode_types.EnvConfig.from_config({"rollout_limit": 5, "token_budget": 10, "seed": 0})
+  assert cfg == episode_types.EnvConfig(rollout_limit=5, token_budget=10)
   sc = ts.SolverConfig.from_config({"backend": "llm", "max_new_tokens": 7,
                                     "temperature": 0.0, "top_p": 1.0})
   assert sc == ts.SolverConfig(max_new_tokens=7)
@@ -334,7 +337,7 @@ def test_configs_from_sections():
 
 def test_executor_config_for_uses_spec_phase(examples):
   spec = dataclasses.replace(_long_spec(examples[0]), phase="A")
-  cfg = env.executor_config_for(spec, mexec.ExecutorConfig(context_budget=99))
+  cfg = env.executor_config_for(spec, mconfig.ExecutorConfig(context_budget=99))
   assert cfg.ops == ("Add", "Update", "Delete", "Null") and cfg.context_budget == 99
 
 
@@ -368,11 +371,11 @@ def _delayed_query_spec(example, reads):
   """Supporting sentences arrive one per observation, then the delayed query."""
   s = mstate.new_state(example.id, example.question, count, instruction=INSTRUCTION)
   units = {u.id: u for u in hotpotqa.evidence_units(example)}
-  facts = [env.Observation(units[uid].text.strip(), (uid,))
+  facts = [episode_types.Observation(units[uid].text.strip(), (uid,))
            for uid in hotpotqa.supporting_unit_ids(example)]
-  query = env.Observation(f"Question (delayed): {example.question}")
+  query = episode_types.Observation(f"Question (delayed): {example.question}")
   obs = tuple(facts) + (query,)
-  return env.EpisodeSpec(episode_id=f"{example.id}/{reads}", example=example,
+  return episode_types.EpisodeSpec(episode_id=f"{example.id}/{reads}", example=example,
                          initial_state=s, observations=obs, phase="A",
                          max_decisions=len(obs) + 1, answer_from=len(obs),
                          answer_context=reads)
@@ -381,11 +384,11 @@ def _delayed_query_spec(example, reads):
 def test_delayed_query_answered_from_ltm(examples):
   ex = examples[4]
   oracle = ts.OracleEvidenceReader.from_examples([ex])
-  spec = _delayed_query_spec(ex, env.SOLVER_READS_LTM)
+  spec = _delayed_query_spec(ex, episode_types.SOLVER_READS_LTM)
   n_obs = len(spec.observations)
   (res,) = env.run_episodes([spec], AddCurrentObservationPolicy(), oracle,
                             count_tokens=count,
-                            executor_config=mexec.ExecutorConfig(phase="A"))
+                            executor_config=mconfig.ExecutorConfig(phase="A"))
   assert res.terminated_by == "answer" and res.final_answer == ex.answer
   assert res.num_decisions == n_obs + 1 and res.task_steps == 1
   adds = [d for d in res.decisions if d.op == "Add"]
@@ -398,15 +401,15 @@ def test_delayed_query_answered_from_ltm(examples):
 
   # ∅ throughout: C holds every supporting fact, but LTM is empty, so no answer.
   (res0,) = env.run_episodes([spec], null_policy, oracle, count_tokens=count,
-                             executor_config=mexec.ExecutorConfig(phase="A"))
+                             executor_config=mconfig.ExecutorConfig(phase="A"))
   assert res0.final_answer is None and res0.terminated_by == "env_end"
   last = res0.decisions[-1].state_after_memory
   sup = set(hotpotqa.supporting_unit_ids(ex))
   assert sup <= env.context_evidence(last) and not env.context_evidence(last, "ltm")
   # Reading C instead, the same ∅ run answers at the query step.
-  spec_c = dataclasses.replace(spec, answer_context=env.SOLVER_READS_CONTEXT)
+  spec_c = dataclasses.replace(spec, answer_context=episode_types.SOLVER_READS_CONTEXT)
   (res_c,) = env.run_episodes([spec_c], null_policy, oracle, count_tokens=count,
-                              executor_config=mexec.ExecutorConfig(phase="A"))
+                              executor_config=mconfig.ExecutorConfig(phase="A"))
   assert res_c.final_answer == ex.answer and res_c.num_decisions == n_obs + 1
   with pytest.raises(ValueError, match="answer_context"):
     dataclasses.replace(spec, answer_context="H")
@@ -421,8 +424,8 @@ def test_solver_input_records_and_stale_labels(examples):
   s = s.evolve(M=(s.M[0], dataclasses.replace(s.M[1], status=mstate.DELETED), s.M[2]))
   s, _ = mstate.add_context(s, mstate.OBSERVATION, "an observation", count,
                             source_refs=("C#2",))
-  spec = env.EpisodeSpec(episode_id="e", example=ex, initial_state=s,
-                         answer_context=env.SOLVER_READS_LTM,
+  spec = episode_types.EpisodeSpec(episode_id="e", example=ex, initial_state=s,
+                         answer_context=episode_types.SOLVER_READS_LTM,
                          stale_texts=["third note"])
   assert spec.stale_texts == ("third note",)  # coerced to a tuple
   inp = env.solver_input(spec, s)
@@ -452,8 +455,8 @@ def test_stale_entry_blocks_delayed_query(examples):
   the sourced version) does. Before the fix the oracle answered from provenance."""
   ex = examples[0]
   oracle = ts.OracleEvidenceReader.from_examples([ex])
-  cfg = mexec.ExecutorConfig(phase="A")
-  base = _delayed_query_spec(ex, env.SOLVER_READS_LTM)
+  cfg = mconfig.ExecutorConfig(phase="A")
+  base = _delayed_query_spec(ex, episode_types.SOLVER_READS_LTM)
   units = {u.id: u for u in hotpotqa.evidence_units(ex)}
   true = units["Sierra Boggess#0"].text.strip()
   stale = true.replace("1982", "1983")
@@ -561,8 +564,8 @@ def test_solver_prompt_special_tokens_only_from_the_template(examples,
   paras = ([p for p in ex.context if p.title in gold]
            + [p for p in ex.context if p.title not in gold][:1])
   s = mstate.new_state(ex.id, ex.question, count, instruction=INSTRUCTION)
-  spec = env.EpisodeSpec(episode_id=ex.id, example=ex, initial_state=s,
-                         observations=tuple(env.Observation(_paragraph_text(p),
+  spec = episode_types.EpisodeSpec(episode_id=ex.id, example=ex, initial_state=s,
+                         observations=tuple(episode_types.Observation(_paragraph_text(p),
                                                             _paragraph_refs(p))
                                             for p in paras))
   oracle = ts.OracleEvidenceReader.from_examples([ex], tokenizer=tok)
@@ -611,7 +614,7 @@ def test_decision_record_keeps_the_executor_transition(examples):
   refs = ", ".join(f'"{e}"' for e in gold_events)
   cmds = [f"SelectEpisode(selected_refs=[{refs}])", "∅"]
   policy = ScriptedPolicy({examples[0].question: ["Retrieve(", cmds[0]]})
-  cfg = mexec.ExecutorConfig(phase="B")
+  cfg = mconfig.ExecutorConfig(phase="B")
   oracle = ts.OracleEvidenceReader.from_examples(examples)
   (res,) = env.run_episodes([spec], policy, oracle, count_tokens=count,
                             executor_config=cfg)

@@ -23,11 +23,21 @@ import re
 
 import pytest
 
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
+from vermem_jax.envs.scenarios import initial_state as scenario_states
+from vermem_jax.envs.scenarios import build as scenario_build
 from vermem_jax.envs.scenarios.initial_state import (CONTINUE_ACTION, INSTRUCTION_TEXT,
                                                      QUERY_PREFIX, TASK_STATES)
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
+from vermem_jax.envs.scenarios import views as scenario_views
+from vermem_jax.envs.scenarios import spec as scenario_spec
+from vermem_jax.envs.sft_data import templates as sft_templates
 from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
@@ -40,8 +50,8 @@ _MARKERS = ('supporting', 'gold', 'answer:', 'label', 'sup_fact')
 
 @pytest.fixture(scope='module')
 def all_examples(hotpotqa_dir):
-  train = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
-  dev = hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)
+  train = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  dev = hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)
   return train + dev
 
 
@@ -58,9 +68,9 @@ def _fixed_vocabulary():
 
 def _inputs_for(example, i):
   """Policy inputs of one SFT template state and one episode s_0 per phase."""
-  view = episodes.build_view(example, count)
+  view = scenario_views.build_view(example, count)
   xs = []
-  templates = episodes.TEMPLATES
+  templates = sft_templates.TEMPLATES
   for k in range(len(templates)):
     t = templates[(i + k) % len(templates)]
     out = t.build(view, random.Random(f'{example.id}:{t.name}'), count, 2048)
@@ -68,10 +78,10 @@ def _inputs_for(example, i):
       xs.append(serialization.render_policy_input(
           out[0], count, allowed_ops=cmds.PHASE_OPS[t.phases[0]]))
       break
-  for phase in episodes.PHASES:
-    fams = episodes.FAMILIES[phase]
+  for phase in scenario_spec.PHASES:
+    fams = scenario_spec.FAMILIES[phase]
     for k in range(len(fams)):
-      spec = episodes.build_episode(example, phase, fams[(i + k) % len(fams)],
+      spec = scenario_build.build_episode(example, phase, fams[(i + k) % len(fams)],
                                     count_tokens=count, view=view)
       if spec is not None:
         xs.append(serialization.render_policy_input(
@@ -81,8 +91,8 @@ def _inputs_for(example, i):
 
 
 def test_policy_inputs_never_leak_answer_or_annotations(all_examples, hotpotqa_dir):
-  train_ids = {ex.id for ex in hotpotqa.load_examples('json', 'train',
-                                                      data_dir=hotpotqa_dir)}
+  train_ids = {ex.id for ex in hotpotqa_sources.load_examples('json', 'train',
+                                                               data_dir=hotpotqa_dir)}
   vocab = _fixed_vocabulary()
   n_inputs = 0
   for i, ex in enumerate(all_examples):
@@ -111,14 +121,14 @@ def test_policy_inputs_never_leak_answer_or_annotations(all_examples, hotpotqa_d
 
 
 def test_sft_targets_do_not_depend_on_answer(hotpotqa_dir):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, dev = hotpotqa.split_train_pools(examples)
-  cfg = episodes.SFTDataConfig(train_per_target=4, dev_per_target=2)
-  train, dev_r, _ = episodes.build_sft_set(construction, dev, count_tokens=count,
+  cfg = sft_config.SFTDataConfig(train_per_target=4, dev_per_target=2)
+  train, dev_r, _ = sft_build.build_sft_set(construction, dev, count_tokens=count,
                                            config=cfg, verbose=False)
   masked = [dataclasses.replace(ex, answer=SENTINEL) for ex in construction]
   masked_dev = [dataclasses.replace(ex, answer=SENTINEL) for ex in dev]
-  train_m, dev_m, _ = episodes.build_sft_set(masked, masked_dev, count_tokens=count,
+  train_m, dev_m, _ = sft_build.build_sft_set(masked, masked_dev, count_tokens=count,
                                              config=cfg, verbose=False)
   assert [(r.policy_input, r.target) for r in train + dev_r] == [
       (r.policy_input, r.target) for r in train_m + dev_m]
@@ -128,15 +138,15 @@ def test_build_phase_episodes_uses_the_right_pools(hotpotqa_dir):
   construction, dev = episodes.load_pools(
       hotpotqa.DataConfig(hotpotqa_dir=hotpotqa_dir))
   assert len(construction) + len(dev) == 592 and dev
-  cfg = episodes.ScenarioConfig(num_train=12, num_dev=6)
-  for phase in episodes.PHASES:
+  cfg = scenario_spec.ScenarioConfig(num_train=12, num_dev=6)
+  for phase in scenario_spec.PHASES:
     train, dev_specs = episodes.build_phase_episodes(phase, construction, dev,
                                                      count_tokens=count, config=cfg)
     assert len(train) == 12 and len(dev_specs) == 6
     assert {s.example.id for s in train} <= {ex.id for ex in construction}
     assert {s.example.id for s in dev_specs} <= {ex.id for ex in dev}
-    assert all(isinstance(s, episodes.EpisodeSpec) for s in train + dev_specs)
-    assert all(s.phase == phase and s.family in episodes.FAMILIES[phase]
+    assert all(isinstance(s, episode_types.EpisodeSpec) for s in train + dev_specs)
+    assert all(s.phase == phase and s.family in scenario_spec.FAMILIES[phase]
                for s in train + dev_specs)
 
 
@@ -147,11 +157,11 @@ def qwen_tok(qwen25_tokenizer_dir):
 
 
 def test_sft_set_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, dev = hotpotqa.split_train_pools(examples)
-  cfg = episodes.SFTDataConfig(train_per_target=2, dev_per_target=1,
+  cfg = sft_config.SFTDataConfig(train_per_target=2, dev_per_target=1,
                                context_budget=1024)
-  train, dev_records, _ = episodes.build_sft_set(
+  train, dev_records, _ = sft_build.build_sft_set(
       construction, dev, count_tokens=qwen_tok.count_tokens, config=cfg,
       verbose=False)
   assert len(train) == 16 and len(dev_records) == 8
@@ -159,27 +169,27 @@ def test_sft_set_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
     assert r.state.context_tokens() <= 1024
     for it in r.state.C:
       assert it.tokens == len(qwen_tok.encode(it.text))
-    cfg_x = mexec.ExecutorConfig(phase=r.phase, context_budget=1024)
+    cfg_x = mconfig.ExecutorConfig(phase=r.phase, context_budget=1024)
     assert mexec.execute(r.state, r.target, cfg_x, qwen_tok.count_tokens).accepted
     assert qwen_tok.count_tokens(r.policy_input) <= cfg.policy_input_limit
 
 
 def test_episodes_with_real_qwen_tokenizer(hotpotqa_dir, qwen_tok):
   tok = qwen_tok
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   construction, _ = hotpotqa.split_train_pools(examples)
-  cfg = episodes.ScenarioConfig(context_budget=1024, rollout_limit=6)
-  for phase in episodes.PHASES:
-    specs = episodes.build_episodes(construction[:30], phase,
+  cfg = scenario_spec.ScenarioConfig(context_budget=1024, rollout_limit=6)
+  for phase in scenario_spec.PHASES:
+    specs = scenario_build.build_episodes(construction[:30], phase,
                                     count_tokens=tok.count_tokens, config=cfg, num=5)
     for s in specs:
       s0 = s.initial_state
-      assert episodes.validate_initial_state(s0, tok.count_tokens, 1024,
+      assert scenario_states.validate_initial_state(s0, tok.count_tokens, 1024,
                                              example=s.example) == []
       assert s0.context_tokens() <= 1024
       assert sum(len(tok.encode(it.text)) for it in s0.C) == s0.context_tokens()
       tr = mexec.execute(s0, s.reference_command,
-                         mexec.ExecutorConfig(phase=phase, context_budget=1024),
+                         mconfig.ExecutorConfig(phase=phase, context_budget=1024),
                          tok.count_tokens)
       assert tr.accepted, tr.message
       assert s.max_decisions <= 6

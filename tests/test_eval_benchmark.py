@@ -1,5 +1,5 @@
-"""End-to-end evaluation on the interactive benchmarks (vermem_jax.train.eval_benchmark
-through train.evaluate) and the table2 aggregation through the CLI, on this CPU: a tiny
+"""End-to-end evaluation on the interactive benchmarks (vermem_jax.eval.benchmark_suite
+through eval.evaluate) and the table2 aggregation through the CLI, on this CPU: a tiny
 random policy, the gold-plan stand-in solver, a few short instances."""
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 from bench_support import require_benchmark
 from experiments.configs import common
 from experiments.configs.parts import validation
-from vermem_jax.train import evaluate
+from vermem_jax.eval import evaluate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

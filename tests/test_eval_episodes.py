@@ -7,22 +7,24 @@ import numpy as np
 import pytest
 
 from vermem_jax.envs import environment as env
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 from vermem_jax.models import sampling
 from vermem_jax.rl import policy as policy_lib
 
 BUDGET = 400
-CFG = mexec.ExecutorConfig(phase='C', context_budget=BUDGET, policy_input_limit=2000)
+CFG = mconfig.ExecutorConfig(phase='C', context_budget=BUDGET, policy_input_limit=2000)
 
 
 @pytest.fixture(scope='module')
 def examples(hotpotqa_dir):
-  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:6]
+  return hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:6]
 
 
 @pytest.fixture(scope='module')
@@ -67,7 +69,7 @@ class LabelBlindPolicy:
         out.append('please store everything')
       else:
         out.append('∅')
-    return [env.PolicyOutput(c, 11, 7) for c in out]
+    return [episode_types.PolicyOutput(c, 11, 7) for c in out]
 
 
 class RecordingLLMSolver(ts.TaskSolver):
@@ -147,7 +149,7 @@ def test_long_passages_are_revealed_in_sentence_chunks(examples):
 
 def test_first_passage_is_kept_in_h_when_it_does_not_fit(examples):
   ex = examples[0]
-  tiny = mexec.ExecutorConfig(context_budget=40, policy_input_limit=2000)
+  tiny = mconfig.ExecutorConfig(context_budget=40, policy_input_limit=2000)
   s0 = _spec(ex, cfg=tiny).initial_state
   # Too long for C_0 (the instruction fills it), but recorded: SelectEpisode can
   # bring it back once the policy has made room.

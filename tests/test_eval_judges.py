@@ -4,6 +4,7 @@ import chat_server
 import pytest
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.eval import judges
 
 KEY_ENV = 'VERMEM_TEST_JUDGE_KEY'
@@ -176,7 +177,7 @@ def test_reasoning_judge_over_loopback_scores_after_its_think_block():
 
 
 def test_judge_records_fills_scores_and_skips_unanswered(hotpotqa_dir):
-  ex = hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[0]
+  ex = hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[0]
   seen = []
 
   def complete(convs):

@@ -2,16 +2,17 @@
 import pytest
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 
 
 @pytest.fixture(scope='module')
 def examples(hotpotqa_dir):
-  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:4]
+  return hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[:4]
 
 
 def _rec(**kw):
@@ -67,7 +68,7 @@ def test_success_rules():
 def test_episode_record_from_an_oracle_run(examples):
   ex = examples[0]
   # Unbounded context and documents: one observation per passage, all in C.
-  cfg = mexec.ExecutorConfig(context_budget=100000, policy_input_limit=100000,
+  cfg = mconfig.ExecutorConfig(context_budget=100000, policy_input_limit=100000,
                              max_doc_tokens=100000)
   spec = episodes.build_episode(ex, count_tokens=count, executor_config=cfg)
   oracle = ts.OracleEvidenceReader.from_examples([ex])
@@ -86,11 +87,3 @@ def test_episode_record_from_an_oracle_run(examples):
   assert len(rec['steps']) == rec['decisions']
   assert rec['steps'][0]['op'] == 'Null' and rec['steps'][0]['solver_called']
   assert rec['j_judge'] is None and rec['mq'] is None
-
-
-def test_supporting_fact_recall(examples):
-  ex = examples[1]
-  sup = hotpotqa.supporting_unit_ids(ex)
-  assert metrics.supporting_fact_recall(sup, ex) == 1.0
-  assert metrics.supporting_fact_recall(sup[:1], ex) == pytest.approx(1 / len(sup))
-  assert metrics.supporting_fact_recall([], ex) == 0.0

@@ -4,8 +4,9 @@ import collections
 
 import pytest
 
+from vermem_jax.memory import config as mconfig
 from vermem_jax import paths
-from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import recovery
@@ -19,7 +20,7 @@ from vermem_jax.tokenization import load_tokenizer
 
 @pytest.fixture(scope='module')
 def validation(hotpotqa_dir):
-  return hotpotqa.load_examples('json', 'validation', data_dir=hotpotqa_dir)
+  return hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)
 
 
 def _longest(examples, counter, n):
@@ -47,7 +48,7 @@ def _counts(examples, counter, cfg, phase='C'):
 def test_validation_states_offer_an_accepted_recovery_select(validation, budget, limit,
                                                             local_ids, tokenizer):
   tok = load_tokenizer(paths.tokenizer_path(tokenizer))
-  cfg = mexec.ExecutorConfig(context_budget=budget, policy_input_limit=limit,
+  cfg = mconfig.ExecutorConfig(context_budget=budget, policy_input_limit=limit,
                              local_ids=local_ids)
   questions = _longest(validation, tok.count_tokens, 12)
   totals, results = _counts(questions, tok.count_tokens, cfg)
@@ -70,7 +71,7 @@ def test_validation_states_offer_an_accepted_recovery_select(validation, budget,
 
 
 def test_a_phase_a_policy_cannot_restore(validation):
-  cfg = mexec.ExecutorConfig(context_budget=320, policy_input_limit=2000)
+  cfg = mconfig.ExecutorConfig(context_budget=320, policy_input_limit=2000)
   questions = _longest(validation, count, 4)
   tools_c, _ = _counts(questions, count, cfg)
   tools_a, _ = _counts(questions, count, cfg, phase='A')
@@ -80,7 +81,7 @@ def test_a_phase_a_policy_cannot_restore(validation):
 
 
 def test_admission_keeps_room_for_one_chunk():
-  cfg = mexec.ExecutorConfig(context_budget=100, max_doc_tokens=320)
+  cfg = mconfig.ExecutorConfig(context_budget=100, max_doc_tokens=320)
   assert cfg.chunk_tokens == 25  # min(320, 100 // 4)
   assert interaction.admission_limit(cfg) == 75
   assert interaction.admission_limit(cfg, evict_oldest=True) == 100

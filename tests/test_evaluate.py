@@ -1,4 +1,4 @@
-"""End-to-end tests of the HotpotQA evaluation (vermem_jax.train.evaluate, the CLI)."""
+"""End-to-end tests of the HotpotQA evaluation (vermem_jax.eval.evaluate, the CLI)."""
 import json
 import os
 import subprocess
@@ -9,10 +9,11 @@ import jax
 import pytest
 
 from experiments.configs import common
+from vermem_jax.eval import evaluate
+from vermem_jax.eval import policies as eval_policies
 from vermem_jax.models import qwen
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
-from vermem_jax.train import eval_policies
-from vermem_jax.train import evaluate
 from vermem_jax.train import setup as setup_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -241,7 +242,7 @@ def test_cli_runs_dry_runs_and_rejects(tmp_path, workdir):
 
 def test_missing_phase_checkpoint_is_named(tmp_path):
   sources = eval_policies.parse_policies('base,phase_c', str(tmp_path))
-  with pytest.raises(checkpoints.CheckpointError, match='phase_c'):
+  with pytest.raises(checkpoint_values.CheckpointError, match='phase_c'):
     eval_policies.check_available(sources, str(tmp_path))
   with pytest.raises(ValueError, match='not a directory'):
     eval_policies.check_available(

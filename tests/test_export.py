@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
+from vermem_jax.eval import evaluate
 from vermem_jax.models import qwen
 from vermem_jax.train import checkpoints
-from vermem_jax.train import evaluate
 from vermem_jax.train import export
 from vermem_jax.train import setup as setup_lib
 

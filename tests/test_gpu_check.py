@@ -9,6 +9,7 @@ import pytest
 import benchmark_scripts
 
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 
 
 @pytest.fixture(scope='module')
@@ -18,7 +19,7 @@ def gpu_check():
 
 @pytest.mark.parametrize('preset', ['tiny', 'qwen2.5-0.5b-instruct', 'qwen3-0.6b'])
 def test_non_embedding_params_match_the_parameter_tree(gpu_check, preset):
-  cfg = qwen.QwenConfig.preset(preset)
+  cfg = qwen_config.QwenConfig.preset(preset)
   shapes = jax.eval_shape(lambda: qwen.init_params(cfg, jax.random.PRNGKey(0)))
   total = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(shapes))
   embedding = cfg.vocab_size * cfg.hidden_size * (1 if cfg.tie_word_embeddings else 2)
@@ -26,7 +27,7 @@ def test_non_embedding_params_match_the_parameter_tree(gpu_check, preset):
 
 
 def test_flops_per_token(gpu_check):
-  cfg = qwen.QwenConfig.preset('tiny')
+  cfg = qwen_config.QwenConfig.preset('tiny')
   n = gpu_check.non_embedding_params(cfg)
   assert gpu_check.forward_flops(cfg, 10, 0.0) == 10 * 2 * n
   attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
@@ -47,7 +48,7 @@ def test_planned_learner_bytes_are_those_of_the_program_it_runs(gpu_check, tmp_p
   figures = json.loads(out.read_text())['figures']
   ran = figures['learner']['program_gib']
   # θ, π_ref (float32) and the batch are arguments: at least twice the parameters.
-  cfg = qwen.QwenConfig.preset('tiny', vocab_size=4096)
+  cfg = qwen_config.QwenConfig.preset('tiny', vocab_size=4096)
   shapes = jax.eval_shape(lambda: qwen.init_params(cfg, jax.random.PRNGKey(0)))
   params_gib = sum(int(np.prod(x.shape)) * 4 for x in jax.tree.leaves(shapes)) / 2**30
   assert ran > 2 * params_gib

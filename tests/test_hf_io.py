@@ -23,6 +23,7 @@ transformers = pytest.importorskip("transformers")
 
 from vermem_jax.models import hf_io  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.models import qwen_config
 
 ATOL = 1e-4  # issue 2: max abs logit difference vs transformers float32
 VOCAB = 512
@@ -202,7 +203,7 @@ def test_export_loads_in_transformers(saved, tmp_path, case, shard):
 def test_export_model_without_bias_and_bf16(tmp_path):
   # A Qwen2-layout model without q/k/v bias: transformers' Qwen2 always has biases,
   # so export writes zeros; stored as bfloat16.
-  config = qwen.QwenConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+  config = qwen_config.QwenConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                            num_hidden_layers=2, num_attention_heads=4,
                            num_key_value_heads=2, head_dim=8, attention_bias=False,
                            tie_word_embeddings=False, rope_theta=1e4)
@@ -224,7 +225,7 @@ def test_export_model_without_bias_and_bf16(tmp_path):
 
 
 def test_export_rejects_bad_params(tmp_path):
-  config = qwen.QwenConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
+  config = qwen_config.QwenConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=48,
                            num_hidden_layers=1, num_attention_heads=4,
                            num_key_value_heads=2, head_dim=8)
   params = qwen.init_params(config, jax.random.PRNGKey(0))
@@ -366,7 +367,7 @@ def test_missing_files(tmp_path):
   with pytest.raises(FileNotFoundError, match="config.json"):
     hf_io.load_hf_checkpoint(tmp_path)
   (tmp_path / "config.json").write_text(json.dumps(hf_io.hf_config_dict(
-      qwen.QwenConfig(vocab_size=VOCAB))))
+      qwen_config.QwenConfig(vocab_size=VOCAB))))
   with pytest.raises(FileNotFoundError, match="model.safetensors"):
     hf_io.load_hf_checkpoint(tmp_path)
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources as sources
 
 _TRAIN_FILE = "train_sample.json"
 _DEV_FILE = "dev_distractor_sample.json"
@@ -21,12 +22,12 @@ def raw_train(hotpotqa_dir):
 
 @pytest.fixture(scope="module")
 def train(hotpotqa_dir):
-  return hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)
+  return sources.load_examples("json", "train", data_dir=hotpotqa_dir)
 
 
 @pytest.fixture(scope="module")
 def dev(hotpotqa_dir):
-  return hotpotqa.load_examples("json", "validation", data_dir=hotpotqa_dir)
+  return sources.load_examples("json", "validation", data_dir=hotpotqa_dir)
 
 
 def test_every_sample_example_loads(train, dev, raw_train, hotpotqa_dir):
@@ -108,34 +109,34 @@ def test_malformed_file_row_fails_load(tmp_path, raw_train):
   del rows[1]["supporting_facts"]
   (tmp_path / "hotpot_train_v1.1.json").write_text(json.dumps(rows))
   with pytest.raises(ValueError, match=rows[1]["_id"]):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
   rows[1] = copy.deepcopy(rows[0])  # duplicate id
   (tmp_path / "hotpot_train_v1.1.json").write_text(json.dumps(rows))
   with pytest.raises(ValueError, match="duplicate"):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
 
 
 def test_official_file_names_win_and_path_override(tmp_path, raw_train):
   (tmp_path / "train_sample.json").write_text(json.dumps(raw_train[:2]))
   (tmp_path / "hotpot_train_v1.1.json").write_text(json.dumps(raw_train[:5]))
-  assert len(hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))) == 5
-  got = hotpotqa.load_examples("json", "train", path=str(tmp_path / "train_sample.json"))
+  assert len(sources.load_examples("json", "train", data_dir=str(tmp_path))) == 5
+  got = sources.load_examples("json", "train", path=str(tmp_path / "train_sample.json"))
   assert [e.id for e in got] == [r["_id"] for r in raw_train[:2]]
   with pytest.raises(FileNotFoundError, match="hotpot_dev_distractor_v1.json"):
-    hotpotqa.load_examples("json", "dev", data_dir=str(tmp_path))
+    sources.load_examples("json", "dev", data_dir=str(tmp_path))
   with pytest.raises(ValueError, match="split"):
-    hotpotqa.load_examples("json", "test", data_dir=str(tmp_path))
+    sources.load_examples("json", "test", data_dir=str(tmp_path))
   with pytest.raises(ValueError, match="source"):
-    hotpotqa.load_examples("csv", "train", data_dir=str(tmp_path))
+    sources.load_examples("csv", "train", data_dir=str(tmp_path))
 
 
 def test_tfds_matches_json(hotpotqa_dir, train, dev, tmp_path_factory):
   tfds_dir = str(tmp_path_factory.mktemp("tfds"))
   assert "tensorflow" not in sys.modules
-  got_train = hotpotqa.load_examples("tfds", "train", data_dir=hotpotqa_dir,
-                                     tfds_data_dir=tfds_dir)
-  got_dev = hotpotqa.load_examples("tfds", "validation", data_dir=hotpotqa_dir,
-                                   tfds_data_dir=tfds_dir)
+  got_train = sources.load_examples("tfds", "train", data_dir=hotpotqa_dir,
+                                    tfds_data_dir=tfds_dir)
+  got_dev = sources.load_examples("tfds", "validation", data_dir=hotpotqa_dir,
+                                  tfds_data_dir=tfds_dir)
   assert got_train == train
   assert got_dev == dev
   assert "tensorflow" not in sys.modules  # TFDS ran without TensorFlow.
@@ -148,14 +149,14 @@ def test_tfds_refuses_data_prepared_from_other_files(hotpotqa_dir, raw_train, tm
   manual.mkdir()
   (manual / "train_sample.json").write_text(json.dumps(raw_train[:4]))
   tfds_dir = str(tmp_path / "tfds")
-  got = hotpotqa.load_examples("tfds", "train", data_dir=str(manual),
-                               tfds_data_dir=tfds_dir)
+  got = sources.load_examples("tfds", "train", data_dir=str(manual),
+                              tfds_data_dir=tfds_dir)
   assert [e.id for e in got] == [r["_id"] for r in raw_train[:4]]
   with pytest.raises(FileNotFoundError):
-    hotpotqa.load_examples("tfds", "dev", data_dir=str(manual), tfds_data_dir=tfds_dir)
+    sources.load_examples("tfds", "dev", data_dir=str(manual), tfds_data_dir=tfds_dir)
   with pytest.raises(ValueError, match="different tfds_data_dir"):
-    hotpotqa.load_examples("tfds", "train", data_dir=hotpotqa_dir,
-                           tfds_data_dir=tfds_dir)
+    sources.load_examples("tfds", "train", data_dir=hotpotqa_dir,
+                          tfds_data_dir=tfds_dir)
 
 
 def test_hf_row_conversion(raw_train, train):
@@ -184,7 +185,7 @@ def test_hf_source_needs_datasets_lazily():
     import datasets  # noqa: F401
   except ImportError:
     with pytest.raises(ImportError, match="datasets"):
-      hotpotqa.load_examples("hf", "validation")
+      sources.load_examples("hf", "validation")
   else:
     pytest.skip("datasets installed; the hf source would try the network")
 
@@ -214,7 +215,8 @@ def test_split_disjoint_stable_and_about_ten_percent(train):
 def test_split_stable_across_python_hash_seeds(train, hotpotqa_dir):
   _, dev = _pools(train)
   code = ("import json\nfrom vermem_jax.envs import hotpotqa as h\n"
-          f"ex = h.load_examples('json', 'train', data_dir={hotpotqa_dir!r})\n"
+          "from vermem_jax.envs import hotpotqa_sources as sources\n"
+          f"ex = sources.load_examples('json', 'train', data_dir={hotpotqa_dir!r})\n"
           "print(json.dumps([e.id for e in h.split_train_pools(ex)[1]]))\n")
   env = dict(os.environ, PYTHONHASHSEED="12345")
   out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
@@ -226,7 +228,7 @@ def test_split_stable_across_python_hash_seeds(train, hotpotqa_dir):
 def test_pools_from_config(train, hotpotqa_dir, data_dir):
   cfg = hotpotqa.DataConfig(data_dir=data_dir, dev_fraction=0.2, split_seed=3)
   assert cfg.resolved_hotpotqa_dir == hotpotqa_dir
-  cons, dev = hotpotqa.train_pools_from_config(cfg)
+  cons, dev = sources.train_pools_from_config(cfg)
   assert ([e.id for e in cons], [e.id for e in dev]) == _pools_with(train, 0.2, 3)
 
 
@@ -241,34 +243,34 @@ def test_bad_files_name_path_and_row(tmp_path, raw_train):
   rows = copy.deepcopy(raw_train[:3])
   # A UTF-8 BOM (editor re-save) is accepted, rows unchanged.
   f.write_bytes(b"\xef\xbb\xbf" + json.dumps(rows).encode("utf-8"))
-  got = hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+  got = sources.load_examples("json", "train", data_dir=str(tmp_path))
   assert [e.id for e in got] == [r["_id"] for r in rows]
   f.write_text(json.dumps(rows)[:-40])  # truncated download
   with pytest.raises(ValueError, match=r"hotpot_train_v1\.1\.json: not valid JSON"):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
   f.write_text(json.dumps({"data": rows}))  # a dict, not the official list
   with pytest.raises(ValueError, match="expected a JSON list of HotpotQA rows, got dict"):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
   f.write_bytes(b'[{"_id": "\xff\xfe"}]')  # Latin-1 / binary bytes
   with pytest.raises(ValueError, match=r"hotpot_train_v1\.1\.json: not UTF-8"):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
   # A row without `_id` is named by its position in the file.
   bad = copy.deepcopy(rows)
   del bad[2]["_id"]
   f.write_text(json.dumps(bad))
   with pytest.raises(ValueError, match=r"json: row 2: .*field '_id' is missing"):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
   for key in ("question", "_id"):
     bad = copy.deepcopy(rows)
     bad[1][key] = "  "
     f.write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=rf"row 1: .*field '{key}' is empty"):
-      hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+      sources.load_examples("json", "train", data_dir=str(tmp_path))
   bad = copy.deepcopy(rows)
   bad[0]["answer"] = 1984  # a number where the official files have a string
   f.write_text(json.dumps(bad))
   with pytest.raises(ValueError, match=r"row 0: .*field 'answer' must be a string, got int"):
-    hotpotqa.load_examples("json", "train", data_dir=str(tmp_path))
+    sources.load_examples("json", "train", data_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize("field, value, match", [

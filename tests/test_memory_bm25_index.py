@@ -1,8 +1,9 @@
 """Caches of the BM25 ranking (vermem_jax/memory/bm25_index.py) never change results."""
-from vermem_jax import memory as mm
 from vermem_jax.memory import bm25_index
+from vermem_jax.memory import state as mstate
+from vermem_jax.memory import token_count
 
-W = mm.count_whitespace_tokens
+W = token_count.count_whitespace_tokens
 
 DOCS = ['John Doe was born in Leeds in 1950', 'Leeds is a city in England',
         'Jane Roe lives in York', 'The city of York is old', 'Doe and Roe met in 1970',
@@ -12,9 +13,9 @@ QUERIES = ['Leeds city', 'York', 'Doe Roe 1970', 'nothing matches', 'the of in',
 
 
 def _entries():
-  s = mm.new_state('bm25', 'q', W)
+  s = mstate.new_state('bm25', 'q', W)
   for d in DOCS:
-    s, _ = mm.add_entry(s, d, W)
+    s, _ = mstate.add_entry(s, d, W)
   return s.M
 
 

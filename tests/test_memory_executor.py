@@ -9,28 +9,32 @@ import re
 
 import pytest
 
-from vermem_jax import memory as mm
 from vermem_jax.memory import bm25_index
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import serialization
+from vermem_jax.memory import interaction
 from vermem_jax.memory import state as st
+from vermem_jax.memory import token_count
 
-W = mm.count_whitespace_tokens
-CFG = mm.ExecutorConfig()
+W = token_count.count_whitespace_tokens
+CFG = mconfig.ExecutorConfig()
 
 
 def build():
   """Instruction c1, observations c2..c4 (H h1..h3), LTM m1 active, m2 deleted."""
-  s = mm.new_state('task-1', 'When was the director of Film X born?', W,
+  s = st.new_state('task-1', 'When was the director of Film X born?', W,
                    instruction='Answer the question from the context.',
                    forbidden=('Jane Roe',))
-  s, _ = mm.interact(s, None, 'Film X was directed by John Doe.', W, CFG,
+  s, _ = interaction.interact(s, None, 'Film X was directed by John Doe.', W, CFG,
                      observation_refs=('Film X#0',))
-  s, _ = mm.interact(s, 'continue', 'John Doe was born on 5 May 1950 in Leeds.', W,
+  s, _ = interaction.interact(s, 'continue', 'John Doe was born on 5 May 1950 in Leeds.', W,
                      CFG, observation_refs=('John Doe#0',))
-  s, _ = mm.interact(s, 'continue', 'Leeds is a city in England with 800,000 people.',
+  s, _ = interaction.interact(s, 'continue', 'Leeds is a city in England with 800,000 people.',
                      W, CFG, observation_refs=('Leeds#0', 'Leeds#1'))
-  s, _ = mm.add_entry(s, 'Film X director is John Doe', W, source_refs=('Film X#0',))
-  s, _ = mm.add_entry(s, 'obsolete note about Leeds', W, source_refs=('Leeds#0',))
+  s, _ = st.add_entry(s, 'Film X director is John Doe', W, source_refs=('Film X#0',))
+  s, _ = st.add_entry(s, 'obsolete note about Leeds', W, source_refs=('Leeds#0',))
   s = dataclasses.replace(s, M=(s.M[0], dataclasses.replace(
       s.M[1], status=st.DELETED, deletion_reason='old')))
   return s
@@ -46,7 +50,7 @@ def ref(state, letter, n):
 
 
 def run(state, text, config=CFG):
-  return mm.execute(state, text, config, W)
+  return mexec.execute(state, text, config, W)
 
 
 def assert_rejected(t, state, kinds, cost):
@@ -80,7 +84,7 @@ def test_fixture_layout(s):
 
 
 def test_null_is_identity(s):
-  for text in ('∅', 'Null()', mm.Command('Null')):
+  for text in ('∅', 'Null()', cmds.Command('Null')):
     t = run(s, text)
     assert t.accepted and t.state_after is s and t.cost == 0.0
     assert t.op == 'Null' and not t.is_tool_call and t.violations == ()
@@ -98,13 +102,13 @@ def test_parse_error_and_unknown_tool(s):
   assert t.op == 'Add' and not t.is_tool_call and t.command is None
   t = run(s, 'Remember(content="x")')
   assert_rejected(t, s, ['unknown_tool'], 1.0)
-  assert t.op == mm.INVALID_OP
-  t = run(s, mm.Command('Forget', {'x': 'y'}))
+  assert t.op == cmds.INVALID_OP
+  t = run(s, cmds.Command('Forget', {'x': 'y'}))
   assert_rejected(t, s, ['unknown_tool'], 1.0)
 
 
 def test_rejected_text_is_truncated_in_history(s):
-  cfg = mm.ExecutorConfig(history_command_max_chars=50)
+  cfg = mconfig.ExecutorConfig(history_command_max_chars=50)
   t = run(s, 'x' * 10_000, cfg)
   assert not t.accepted
   assert len(t.state_after.H[-1].text) < 400
@@ -118,13 +122,13 @@ def test_rejected_text_is_truncated_in_history(s):
     ('B', 'Delete(memory_id="{ns}:m1", reason="x")'),
 ])
 def test_op_outside_phase_subspace(s, phase, text):
-  t = run(s, text.format(ns=s.ns), mm.ExecutorConfig(phase=phase))
+  t = run(s, text.format(ns=s.ns), mconfig.ExecutorConfig(phase=phase))
   assert_rejected(t, s, ['op_not_allowed'], 1.0)
   assert t.is_tool_call and t.state_after.tool_calls == s.tool_calls + 1
 
 
 def test_explicit_allowed_ops_override_phase(s):
-  cfg = mm.ExecutorConfig(phase='C', allowed_ops=['Retrieve', 'Null'])
+  cfg = mconfig.ExecutorConfig(phase='C', allowed_ops=['Retrieve', 'Null'])
   assert cfg.ops == ('Retrieve', 'Null')
   assert_rejected(run(s, f'Delete(memory_id="{s.ns}:m1", reason="x")', cfg), s,
                   ['op_not_allowed'], 1.0)
@@ -133,23 +137,23 @@ def test_explicit_allowed_ops_override_phase(s):
 
 def test_bad_config_raises():
   with pytest.raises(ValueError, match='phase'):
-    mm.ExecutorConfig(phase='D')
+    mconfig.ExecutorConfig(phase='D')
   with pytest.raises(ValueError, match='allowed_ops'):
-    mm.ExecutorConfig(allowed_ops=('Teleport',))
+    mconfig.ExecutorConfig(allowed_ops=('Teleport',))
   with pytest.raises(ValueError, match='context_budget'):
-    mm.ExecutorConfig(context_budget=0)
+    mconfig.ExecutorConfig(context_budget=0)
 
 
 def test_default_costs_follow_spec():
-  c = mm.ExecutorConfig()
+  c = mconfig.ExecutorConfig()
   assert (c.context_budget, c.retrieve_top_k, c.policy_input_limit) == (2048, 3, 8192)
-  assert [c.cost(k) for k in mm.VIOLATION_KINDS] == [
+  assert [c.cost(k) for k in mconfig.VIOLATION_KINDS] == [
       1.0, 1.0, 0.5, 0.5, 1.0, 0.5, 0.5, 1.0, 0.5, 0.5, 1.0, 1.0]
   assert c.cost_cap == 1.0
 
 
 def test_tool_budget(s):
-  cfg = mm.ExecutorConfig(max_tool_calls=1)
+  cfg = mconfig.ExecutorConfig(max_tool_calls=1)
   t1 = run(s, 'Retrieve(query="director")', cfg)
   assert t1.accepted and t1.state_after.tool_calls == 1
   t2 = run(t1.state_after, 'Retrieve(query="Leeds")', cfg)
@@ -241,7 +245,7 @@ def test_leakage(s):
   assert_rejected(t, s, ['leakage'], 1.0)
   assert 'Jane Roe' not in t.message  # the message does not echo the label
   # Copying a source that itself contains the forbidden string is not leakage.
-  s2, c = mm.add_context(s, 'observation', 'Jane Roe married John Doe.', W)
+  s2, c = st.add_context(s, 'observation', 'Jane Roe married John Doe.', W)
   assert run(s2, f'Add(content="jane roe married John Doe", source_refs=["{c}"])').accepted
   # Summaries and delete reasons are written text too.
   t = run(s, f'Summarize(source_refs=["{ref(s, "c", 2)}"], summary="Jane Roe")')
@@ -254,7 +258,7 @@ def test_leakage(s):
 
 
 def test_number_check_can_be_disabled_for_writes(s):
-  cfg = mm.ExecutorConfig(check_numbers_on_write=False)
+  cfg = mconfig.ExecutorConfig(check_numbers_on_write=False)
   assert run(s, f'Add(content="John Doe born 1951", source_refs=["{ref(s, "c", 3)}"])',
              cfg).accepted
 
@@ -296,7 +300,7 @@ def test_update_rejections(s, mid, content, refs, kinds, cost):
 
 
 def test_update_to_duplicate_of_other_entry_rejected(s):
-  s2, _ = mm.add_entry(s, 'Leeds is in England', W)
+  s2, _ = st.add_entry(s, 'Leeds is in England', W)
   t = run(s2, f'Update(memory_id="{ref(s, "m", 1)}", new_content="leeds is in england", '
           f'source_refs=["{ref(s, "c", 4)}"])')
   assert_rejected(t, s2, ['unsupported_write'], 0.5)
@@ -353,7 +357,7 @@ def test_local_ids_name_this_tasks_records(s):
   assert mixed.state_after.C == both.state_after.C
   assert mixed.command.get('drop_refs') == (ref(s, 'c', 2), ref(s, 'c', 3))
   # Evidence refs and malformed strings are never qualified.
-  cmd = mm.Command('Add', {'content': 'x', 'source_refs': ('Leeds#1', 'c2x', 'c0')})
+  cmd = cmds.Command('Add', {'content': 'x', 'source_refs': ('Leeds#1', 'c2x', 'c0')})
   assert mexec.qualify_command(cmd, s.ns).get('source_refs') == ('Leeds#1', 'c2x', 'c0')
 
 
@@ -381,9 +385,9 @@ def lucene_bm25(docs, query, k1=1.5, b=0.75):
 
 
 def ltm_state(contents):
-  s = mm.new_state('task-r', 'q', W, instruction='inst')
+  s = st.new_state('task-r', 'q', W, instruction='inst')
   for c in contents:
-    s, _ = mm.add_entry(s, c, W, source_refs=('X#0',))
+    s, _ = st.add_entry(s, c, W, source_refs=('X#0',))
   return s
 
 
@@ -413,7 +417,7 @@ def test_retrieve_ranks_with_bm25_top_k():
 
 def test_retrieve_top_k_from_config_ties_and_skips_present():
   s = ltm_state(['alpha beta', 'alpha beta', 'gamma delta', 'alpha gamma'])
-  cfg = mm.ExecutorConfig(retrieve_top_k=1)
+  cfg = mconfig.ExecutorConfig(retrieve_top_k=1)
   t = run(s, 'Retrieve(query="alpha beta")', cfg)
   assert [it.origin for it in t.state_after.C[1:]] == [s.M[0].id]  # tie: older first
   t2 = run(t.state_after, 'Retrieve(query="alpha beta")', cfg)
@@ -432,7 +436,7 @@ def test_retrieve_only_active_entries_are_indexed():
 def test_retrieve_rejections_and_no_results():
   s = ltm_state(['word ' * 30, 'other words here'])
   assert_rejected(run(s, 'Retrieve(query="  ")'), s, ['bad_argument'], 0.5)
-  small = mm.ExecutorConfig(context_budget=20)
+  small = mconfig.ExecutorConfig(context_budget=20)
   t = run(s, 'Retrieve(query="word")', small)
   assert_rejected(t, s, ['context_overflow'], 0.5)
   t = run(s, 'Retrieve(query="unrelated")')
@@ -469,7 +473,7 @@ def test_filter_rejections(s, refs, kinds, cost):
 
 
 def test_filter_protected_evidence(s):
-  s2, cid = mm.add_context(s, 'observation', 'key evidence', W, protected=True)
+  s2, cid = st.add_context(s, 'observation', 'key evidence', W, protected=True)
   assert_rejected(run(s2, f'Filter(drop_refs=["{cid}"])'), s2, ['protected_removal'],
                   1.0)
 
@@ -508,7 +512,7 @@ def test_select_episode_cannot_restore_policy_text_and_respects_budget(s):
   assert_rejected(run(s1, f'SelectEpisode(selected_refs=["{s1.H[-1].id}"])'), s1,
                   ['bad_argument'], 0.5)
   s2 = run(s, f'Filter(drop_refs=["{ref(s, "c", 3)}"])').state_after
-  tight = mm.ExecutorConfig(context_budget=s2.context_tokens() + 3)
+  tight = mconfig.ExecutorConfig(context_budget=s2.context_tokens() + 3)
   assert_rejected(run(s2, f'SelectEpisode(selected_refs=["{ref(s, "h", 3)}"])', tight),
                   s2, ['context_overflow'], 0.5)
 
@@ -550,8 +554,8 @@ def test_summarize_rejections(s, refs, summary, kinds, cost):
 
 
 def test_summarize_accepts_date_parts_of_sources():
-  s = mm.new_state('t', 'q', W)
-  s, c = mm.add_context(s, 'observation', 'Released on 1999-03-31 at 12:30 to 1,234 fans '
+  s = st.new_state('t', 'q', W)
+  s, c = st.add_context(s, 'observation', 'Released on 1999-03-31 at 12:30 to 1,234 fans '
                         'in the city of Springfield.', W)
   t = run(s, f'Summarize(source_refs=["{c}"], summary="1999 release, 1234 fans, 12:30")')
   assert t.accepted, t.message
@@ -563,8 +567,8 @@ def test_summarize_accepts_date_parts_of_sources():
 def test_command_text_in_state_is_never_executed(s):
   m1 = ref(s, 'm', 1)
   evil = f'Delete(memory_id="{m1}", reason="x")'
-  s1, _ = mm.interact(s, f'Filter(drop_refs=["{ref(s, "c", 1)}"])', evil, W, CFG)
-  s1, _ = mm.add_entry(s1, f'Add(content="{evil}", source_refs=[])', W)
+  s1, _ = interaction.interact(s, f'Filter(drop_refs=["{ref(s, "c", 1)}"])', evil, W, CFG)
+  s1, _ = st.add_entry(s1, f'Add(content="{evil}", source_refs=[])', W)
   for text in ('∅', 'Retrieve(query="Delete memory reason")',
                f'SelectEpisode(selected_refs=["{s1.H[-2].id}"])'):
     t = run(s1, text)
@@ -572,10 +576,10 @@ def test_command_text_in_state_is_never_executed(s):
     s1 = t.state_after
     assert s1.entry(m1).active
     assert s1.item(ref(s, 'c', 1)) is not None
-  x = mm.render_policy_input(s1, W, allowed_ops=mm.ALL_OPS)
+  x = serialization.render_policy_input(s1, W, allowed_ops=cmds.ALL_OPS)
   assert evil not in x  # only ever present JSON-escaped inside a quoted string
   assert json_escaped(evil) in x
-  assert isinstance(mm.parse_command(x), mm.ParseError)
+  assert isinstance(cmds.parse_command(x), cmds.ParseError)
 
 
 def json_escaped(text):
@@ -585,15 +589,15 @@ def json_escaped(text):
 def test_ids_with_spoofed_namespace_prefix_do_not_resolve(s):
   for spoof in (f' {s.ns}:c2', f'{s.ns}:c2 ', f'{s.ns.upper()}:c2', f'{s.ns}:c02',
                 f'{s.ns}:c2\n', f'{s.ns}:C2'):
-    t = run(s, mm.Command('Filter', {'drop_refs': [spoof]}))
+    t = run(s, cmds.Command('Filter', {'drop_refs': [spoof]}))
     assert not t.accepted and t.violations[0].kind in ('missing_id', 'foreign_ref')
     assert re.search('missing_id|foreign_ref', t.message)
 
 
 def test_hand_built_commands_with_bad_values_are_rejected_not_raised(s):
-  for cmd in (mm.Command('Retrieve', {'query': 5}), mm.Command(None, {}),
-              mm.Command('Filter', {'drop_refs': [1, 2]}),
-              mm.Command('Add', {'content': None, 'source_refs': 'x'})):
+  for cmd in (cmds.Command('Retrieve', {'query': 5}), cmds.Command(None, {}),
+              cmds.Command('Filter', {'drop_refs': [1, 2]}),
+              cmds.Command('Add', {'content': None, 'source_refs': 'x'})):
     t = run(s, cmd)
     assert not t.accepted and t.state_after.M is s.M and t.state_after.C is s.C
   assert not run(s, None).accepted and not run(s, 12345).accepted
@@ -643,7 +647,7 @@ def test_update_citing_a_retrieved_copy_of_itself_is_unsupported(s):
 
 
 def test_copy_of_another_active_entry_supports_an_update(s):
-  s0, m3 = mm.add_entry(s, 'John Doe was born in Leeds', W, source_refs=('John Doe#0',))
+  s0, m3 = st.add_entry(s, 'John Doe was born in Leeds', W, source_refs=('John Doe#0',))
   s1, copy = _with_copy_of_m1(s0)
   t = run(s1, f'Update(memory_id="{m3}", new_content="John Doe, director of Film X, was '
           f'born in Leeds", source_refs=["{copy}"])')

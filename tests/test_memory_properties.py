@@ -11,10 +11,15 @@ import json
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as hs
 
-from vermem_jax import memory as mm
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import serialization
+from vermem_jax.memory import interaction
+from vermem_jax.memory import config as mconfig
+from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import state as st
+from vermem_jax.memory import token_count
 
-W = mm.count_whitespace_tokens
+W = token_count.count_whitespace_tokens
 SETTINGS = settings(max_examples=150, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
@@ -50,25 +55,25 @@ def smart_strategy(s):
 
   def add(data):
     src, fresh = data
-    return mm.Command('Add', {'content': src.text + fresh, 'source_refs': [src.id]})
+    return cmds.Command('Add', {'content': src.text + fresh, 'source_refs': [src.id]})
 
   def update(data):
     mid, src = data
-    return mm.Command('Update', {'memory_id': mid, 'new_content': src.text,
+    return cmds.Command('Update', {'memory_id': mid, 'new_content': src.text,
                                  'source_refs': [src.id]})
 
   def summarize(items):
     texts = ' '.join(s.item(i).text for i in items if s.item(i) is not None)
-    return mm.Command('Summarize', {'source_refs': items,
+    return cmds.Command('Summarize', {'source_refs': items,
                                     'summary': ' '.join(texts.split()[:2])})
   options = [
       hs.sampled_from(active).map(
-          lambda m: mm.Command('Delete', {'memory_id': m, 'reason': 'stale'})),
-      WORDS.map(lambda q: mm.Command('Retrieve', {'query': q})),
+          lambda m: cmds.Command('Delete', {'memory_id': m, 'reason': 'stale'})),
+      WORDS.map(lambda q: cmds.Command('Retrieve', {'query': q})),
       hs.lists(hs.sampled_from(droppable), min_size=1, max_size=2, unique=True).map(
-          lambda r: mm.Command('Filter', {'drop_refs': r})),
+          lambda r: cmds.Command('Filter', {'drop_refs': r})),
       hs.lists(hs.sampled_from(restorable), min_size=1, max_size=2, unique=True).map(
-          lambda r: mm.Command('SelectEpisode', {'selected_refs': r})),
+          lambda r: cmds.Command('SelectEpisode', {'selected_refs': r})),
       hs.lists(hs.sampled_from(droppable), min_size=1, max_size=3, unique=True).map(
           summarize),
   ]
@@ -77,7 +82,7 @@ def smart_strategy(s):
                              hs.sampled_from(['', ' also', ' x'])).map(add))
     options.append(hs.tuples(hs.sampled_from(active), hs.sampled_from(sources)).map(
         update))
-  return hs.one_of(options).map(mm.format_command)
+  return hs.one_of(options).map(cmds.format_command)
 
 
 def command_strategy(s):
@@ -96,7 +101,7 @@ def command_strategy(s):
       'Null': hs.just({}),
   }
   valid = hs.sampled_from(sorted(by_op)).flatmap(
-      lambda op: by_op[op].map(lambda a: mm.format_command(mm.Command(op, a))))
+      lambda op: by_op[op].map(lambda a: cmds.format_command(cmds.Command(op, a))))
   mangled = hs.tuples(valid, hs.integers(0, 200), GRAMMAR_CHARS).map(
       lambda v: v[0][:v[1]] + v[2] + v[0][v[1] + 1:])
   return hs.one_of(smart_strategy(s), smart_strategy(s), valid, mangled, GRAMMAR_CHARS,
@@ -144,47 +149,47 @@ def check_provenance(s):
           suppress_health_check=[HealthCheck.too_slow])
 @given(hs.data())
 def test_random_command_sequences_keep_invariants(data):
-  cfg = mm.ExecutorConfig(
+  cfg = mconfig.ExecutorConfig(
       phase=data.draw(hs.sampled_from('ABCCC')),
       context_budget=data.draw(hs.integers(8, 160)),
       retrieve_top_k=data.draw(hs.integers(1, 3)),
       max_tool_calls=data.draw(hs.sampled_from([0, 0, 5])))
-  s = mm.new_state(data.draw(hs.sampled_from(['task-a', 'task-b'])), 'Who is John?', W,
+  s = st.new_state(data.draw(hs.sampled_from(['task-a', 'task-b'])), 'Who is John?', W,
                    instruction='Answer.', forbidden=('Jane Roe',))
-  s, _ = mm.add_entry(s, 'John Doe born 1950', W, source_refs=('J#0',))
-  s, _ = mm.add_entry(s, 'Leeds is a city', W, source_refs=('L#0',))
+  s, _ = st.add_entry(s, 'John Doe born 1950', W, source_refs=('J#0',))
+  s, _ = st.add_entry(s, 'Leeds is a city', W, source_refs=('L#0',))
   for _ in range(data.draw(hs.integers(1, 20))):
     if data.draw(hs.integers(0, 3)) == 0:
       obs = data.draw(hs.one_of(WORDS, command_strategy(s)))
       before = s
-      s, cost = mm.interact(s, data.draw(WORDS), obs, W, cfg,
+      s, cost = interaction.interact(s, data.draw(WORDS), obs, W, cfg,
                             observation_refs=('D#1',))
       assert s.M is before.M and s.H[:len(before.H)] == before.H
       assert cost in (0.0, cfg.cost_context_overflow)
       assert s.context_tokens() <= cfg.context_budget
       continue
     text = data.draw(command_strategy(s))
-    t = mm.execute(s, text, cfg, W)
+    t = mexec.execute(s, text, cfg, W)
     event(f'{t.op} {"accepted" if t.accepted else "rejected"}')
     check_step(s, t.state_after, t, cfg)
     s = t.state_after
     check_provenance(s)
-  assert mm.MemoryState.from_json(s.to_json()) == s
+  assert st.MemoryState.from_json(s.to_json()) == s
   for counter in (W, chars_counter):
     limit = data.draw(hs.integers(330, 1500))
-    x = mm.render_policy_input(s, counter, allowed_ops=cfg.ops, limit=limit)
+    x = serialization.render_policy_input(s, counter, allowed_ops=cfg.ops, limit=limit)
     assert counter(x) <= limit
 
 
 @SETTINGS
 @given(hs.one_of(hs.text(), GRAMMAR_CHARS, hs.binary().map(lambda b: b.decode('latin1'))))
 def test_parser_never_raises(text):
-  got = mm.parse_command(text)
-  assert isinstance(got, (mm.Command, mm.ParseError))
-  if isinstance(got, mm.ParseError):
+  got = cmds.parse_command(text)
+  assert isinstance(got, (cmds.Command, cmds.ParseError))
+  if isinstance(got, cmds.ParseError):
     assert got.kind in ('parse', 'unknown_tool')
   else:
-    assert mm.parse_command(mm.format_command(got)) == got
+    assert cmds.parse_command(cmds.format_command(got)) == got
   from vermem_jax.memory import commands as c  # pylint: disable=import-outside-toplevel
   fast = c._fast_parse(text)  # pylint: disable=protected-access
   if fast is not None:  # the regex fast path never accepts what the scanner rejects
@@ -197,20 +202,20 @@ ARG_TEXT = hs.text(max_size=30)
 @hs.composite
 def commands(draw):
   from vermem_jax.memory.commands import SCHEMAS  # pylint: disable=import-outside-toplevel
-  op = draw(hs.sampled_from(mm.ALL_OPS))
+  op = draw(hs.sampled_from(cmds.ALL_OPS))
   args = {}
   for name, kind in SCHEMAS[op]:
     if draw(hs.integers(0, 9)) == 0:
       continue  # missing arguments are still formattable and parseable
     args[name] = (draw(ARG_TEXT) if kind == 'str'
                   else tuple(draw(hs.lists(ARG_TEXT, max_size=4))))
-  return mm.Command(op, args)
+  return cmds.Command(op, args)
 
 
 @SETTINGS
 @given(commands())
 def test_format_parse_round_trip(cmd):
-  assert mm.parse_command(mm.format_command(cmd)) == cmd
+  assert cmds.parse_command(cmds.format_command(cmd)) == cmd
 
 
 SPACES = hs.sampled_from(['', ' ', '\n', '  \t'])
@@ -243,13 +248,13 @@ def test_fast_path_agrees_with_scanner(cmd, data, trailing_comma):
 @SETTINGS
 @given(hs.data())
 def test_command_looking_observations_are_never_executed(data):
-  cfg = mm.ExecutorConfig()
-  s = mm.new_state('t', 'q', W, instruction='Answer.')
-  s, mid = mm.add_entry(s, 'fact', W)
+  cfg = mconfig.ExecutorConfig()
+  s = st.new_state('t', 'q', W, instruction='Answer.')
+  s, mid = st.add_entry(s, 'fact', W)
   evil = data.draw(command_strategy(s))
-  s1, _ = mm.interact(s, evil, evil, W, cfg)
+  s1, _ = interaction.interact(s, evil, evil, W, cfg)
   assert s1.M is s.M and s1.entry(mid).active
-  x = mm.render_policy_input(s1, W, allowed_ops=mm.ALL_OPS)
-  t = mm.execute(s1, '∅', cfg, W)
+  x = serialization.render_policy_input(s1, W, allowed_ops=cmds.ALL_OPS)
+  t = mexec.execute(s1, '∅', cfg, W)
   assert t.state_after is s1
   assert x.count('\nSTATE END\n') == 1

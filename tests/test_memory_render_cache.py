@@ -17,13 +17,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
-from vermem_jax import memory as mm
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import interaction
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import render_cache
 from vermem_jax.memory import serialization as ser
 from vermem_jax.memory import state as st
 from vermem_jax.memory import token_count as tc
 
-W = mm.count_whitespace_tokens
+W = tc.count_whitespace_tokens
 
 
 def chars_counter(text):
@@ -71,7 +74,7 @@ TEXT = hs.one_of(
 @hs.composite
 def states(draw, count_tokens):
   """A random state (records built directly: any mix of kinds, flags and texts)."""
-  s = mm.new_state(draw(hs.sampled_from(['t1', 't2'])), draw(TEXT), count_tokens,
+  s = st.new_state(draw(hs.sampled_from(['t1', 't2'])), draw(TEXT), count_tokens,
                    task_state=draw(TEXT))
   ns = s.ns
   m = []
@@ -124,7 +127,7 @@ def both(s, counter, **kw):
 @given(data=hs.data())
 def test_cached_render_equals_reference_on_random_states(counter, data):
   s = data.draw(states(counter))
-  ops = data.draw(hs.sampled_from(list(mm.PHASE_OPS.values())))
+  ops = data.draw(hs.sampled_from(list(cmds.PHASE_OPS.values())))
   shares = data.draw(hs.sampled_from([ser.DEFAULT_SHARES, (0.1, 0.1, 0.8),
                                       (0.5, 0.5, 0.0)]))
   for limit in data.draw(hs.lists(hs.integers(60, 700), min_size=1, max_size=3)):
@@ -149,12 +152,12 @@ def test_cached_render_equals_reference_on_random_states(counter, data):
 @pytest.mark.parametrize('counter', COUNTERS, ids=IDS)
 def test_episode_chain_renders_equal_reference(counter):
   """A real command sequence: each s_{t+1} shares most records with s_t."""
-  cfg = mm.ExecutorConfig(context_budget=400)
-  s = mm.new_state('chain', 'Who founded Leeds?', counter, instruction='Answer.')
+  cfg = mconfig.ExecutorConfig(context_budget=400)
+  s = st.new_state('chain', 'Who founded Leeds?', counter, instruction='Answer.')
   for i in range(6):
-    s, _ = mm.interact(s, f'read doc {i}', f'Doc {i}: Leeds, founded in 12{i}0.\n"q"',
+    s, _ = interaction.interact(s, f'read doc {i}', f'Doc {i}: Leeds, founded in 12{i}0.\n"q"',
                        counter, cfg, observation_refs=(f'D{i}#0',))
-  s, _ = mm.add_entry(s, 'Leeds is a city.', counter)
+  s, _ = st.add_entry(s, 'Leeds is a city.', counter)
   ns = s.ns
   script = [f'Add(content="Leeds founded in 1200", source_refs=["{ns}:c2"])',
             'Retrieve(query="Leeds city")', f'Filter(drop_refs=["{ns}:c3"])',
@@ -165,7 +168,7 @@ def test_episode_chain_renders_equal_reference(counter):
             f'Delete(memory_id="{ns}:m2", reason="old")', '∅', 'Add(content="bad']
   accepted = []
   for text in script:
-    t = mm.execute(s, text, cfg, counter)
+    t = mexec.execute(s, text, cfg, counter)
     accepted.append(t.accepted)
     s = t.state_after
     for limit in (150, 260, 8192):
@@ -181,18 +184,18 @@ def test_bpe_like_counter_keeps_its_declaration(a, b):
 
 
 def test_declared_sum_is_exact_not_an_estimate():
-  s = mm.new_state('t', 'Who?', bpe_like_counter, task_state='ts')
-  s, _ = mm.interact(s, 'read', 'Leeds is a city', bpe_like_counter, mm.ExecutorConfig())
-  x = mm.render_policy_input(s, bpe_like_counter, allowed_ops=mm.ALL_OPS)
+  s = st.new_state('t', 'Who?', bpe_like_counter, task_state='ts')
+  s, _ = interaction.interact(s, 'read', 'Leeds is a city', bpe_like_counter, mconfig.ExecutorConfig())
+  x = ser.render_policy_input(s, bpe_like_counter, allowed_ops=cmds.ALL_OPS)
   lines = x.split('\n')
   naive = sum(bpe_like_counter(l) for l in lines)
   assert bpe_like_counter(x) > naive  # newlines after words cost a piece here
   assert render_cache.cost_model(bpe_like_counter) == render_cache.SPLITS
   # The limit is met exactly at the real count: one token less truncates.
   full = bpe_like_counter(x)
-  assert mm.render_policy_input(s, bpe_like_counter, allowed_ops=mm.ALL_OPS,
+  assert ser.render_policy_input(s, bpe_like_counter, allowed_ops=cmds.ALL_OPS,
                                 limit=full) == x
-  y = mm.render_policy_input(s, bpe_like_counter, allowed_ops=mm.ALL_OPS,
+  y = ser.render_policy_input(s, bpe_like_counter, allowed_ops=cmds.ALL_OPS,
                              limit=full - 1)
   assert y != x and bpe_like_counter(y) <= full - 1
 
@@ -203,16 +206,16 @@ def test_false_declaration_is_demoted_and_limit_still_holds():
     return len(text.split()) + 3 * text.count('\n')
   liar.additive_over_lines = True
 
-  s = mm.new_state('t', 'Who?', liar, instruction='Answer.')
+  s = st.new_state('t', 'Who?', liar, instruction='Answer.')
   for i in range(30):
-    s, _ = mm.add_entry(s, f'fact {i}', liar)
+    s, _ = st.add_entry(s, f'fact {i}', liar)
   with pytest.warns(RuntimeWarning, match='declares'):
-    x = mm.render_policy_input(s, liar, allowed_ops=mm.ALL_OPS, limit=300)
+    x = ser.render_policy_input(s, liar, allowed_ops=cmds.ALL_OPS, limit=300)
   assert liar(x) <= 300
   with warnings.catch_warnings():
     warnings.simplefilter('error')
     for limit in (260, 280, 500):
-      assert liar(mm.render_policy_input(s, liar, allowed_ops=mm.ALL_OPS,
+      assert liar(ser.render_policy_input(s, liar, allowed_ops=cmds.ALL_OPS,
                                          limit=limit)) <= limit
   assert render_cache.counter_for(liar).model == render_cache.GENERIC
 
@@ -236,8 +239,8 @@ def test_cost_model_reads_declarations_of_callable_or_bound_object():
   assert render_cache.cost_model(tc.memoize(bpe_like_counter)) == render_cache.SPLITS
   assert render_cache.cost_model(tc.memoize(tok.count_tokens)) == render_cache.SPLITS
   assert tc.splits_after_newline(W) and not tc.splits_after_newline(chars_counter)
-  s = mm.new_state('t', 'q', tok.count_tokens, instruction='i')
-  kw = dict(allowed_ops=mm.ALL_OPS, limit=1000, shares=ser.DEFAULT_SHARES,
+  s = st.new_state('t', 'q', tok.count_tokens, instruction='i')
+  kw = dict(allowed_ops=cmds.ALL_OPS, limit=1000, shares=ser.DEFAULT_SHARES,
             context_budget=2048)
   assert both(s, tok.count_tokens, **kw) is not None
 
@@ -290,13 +293,13 @@ def test_qwen_tokenizer_satisfies_splits_after_newline(qwen_hf):
     for b in ('[', 'word', "'s", '"q"', 'STATE END', '- Add(', '1', '中', '!x', 'é'):
       assert qwen(a + '\n' + b) == qwen(a + '\n') + qwen(b), (a, b)
   declared = tc.declare(qwen, splits_after_newline=True)
-  s = mm.new_state('t', 'Which city "hosted" it?', declared, instruction='Answer.')
-  cfg = mm.ExecutorConfig()
+  s = st.new_state('t', 'Which city "hosted" it?', declared, instruction='Answer.')
+  cfg = mconfig.ExecutorConfig()
   for i in range(12):
-    s, _ = mm.interact(s, f'read {i}', f'Doc {i}: Leeds (1950)... hosted "it".',
+    s, _ = interaction.interact(s, f'read {i}', f'Doc {i}: Leeds (1950)... hosted "it".',
                        declared, cfg)
   for limit in (450, 600, 8192):
-    x = both(s, declared, allowed_ops=mm.ALL_OPS, limit=limit,
+    x = both(s, declared, allowed_ops=cmds.ALL_OPS, limit=limit,
              shares=ser.DEFAULT_SHARES, context_budget=2048)
     assert x is not None and qwen(x) <= limit
 

@@ -4,30 +4,35 @@ import hashlib
 
 import pytest
 
-from vermem_jax import memory as mm
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import serialization
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import interaction
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import state as st
+from vermem_jax.memory import token_count
 
-W = mm.count_whitespace_tokens
-CFG = mm.ExecutorConfig()
+W = token_count.count_whitespace_tokens
+CFG = mconfig.ExecutorConfig()
 
 
 def sample():
-  s = mm.new_state('q-42', 'Who?', W, instruction='Do the task.', task_state='step 0',
+  s = st.new_state('q-42', 'Who?', W, instruction='Do the task.', task_state='step 0',
                    forbidden=('Answer',))
-  s, _ = mm.interact(s, None, 'obs one "quoted" ∅ é', W, CFG, observation_refs=('T#0',))
-  s, _ = mm.add_entry(s, 'fact one', W, source_refs=('T#0',))
-  t = mm.execute(s, f'Update(memory_id="{s.ns}:m1", new_content="fact one revised", '
+  s, _ = interaction.interact(s, None, 'obs one "quoted" ∅ é', W, CFG, observation_refs=('T#0',))
+  s, _ = st.add_entry(s, 'fact one', W, source_refs=('T#0',))
+  t = mexec.execute(s, f'Update(memory_id="{s.ns}:m1", new_content="fact one revised", '
                  f'source_refs=["{s.ns}:c2"])', CFG, W)
   s = t.state_after
-  s = mm.execute(s, f'Delete(memory_id="{s.ns}:m1", reason="wrong")', CFG, W).state_after
-  s = mm.execute(s, 'Bogus(', CFG, W).state_after
+  s = mexec.execute(s, f'Delete(memory_id="{s.ns}:m1", reason="wrong")', CFG, W).state_after
+  s = mexec.execute(s, 'Bogus(', CFG, W).state_after
   return s
 
 
 def test_namespace_and_ids():
-  s = mm.new_state('q-42', 'Who?', W)
+  s = st.new_state('q-42', 'Who?', W)
   assert s.ns == hashlib.sha1(b'q-42').hexdigest()[:6]
-  assert mm.task_namespace('q-43') != s.ns
+  assert st.task_namespace('q-43') != s.ns
   assert st.parse_id(f'{s.ns}:m12') == (s.ns, 'm', 12)
   for bad in ('m12', f'{s.ns}:x1', f'{s.ns}:m0', f'{s.ns}:m', 'ABCDEF:m1', None, 5,
               f'{s.ns}:m1 '):
@@ -35,25 +40,25 @@ def test_namespace_and_ids():
 
 
 def test_builders_and_lookup():
-  s = mm.new_state('t', 'q', W, instruction='inst ruction')
+  s = st.new_state('t', 'q', W, instruction='inst ruction')
   assert len(s.C) == 1 and s.C[0].protected and s.C[0].kind == 'instruction'
   assert s.C[0].tokens == 2 and s.C[0].id == f'{s.ns}:c1'
-  s, cid = mm.add_context(s, 'observation', 'a b c', W, source_refs=('X#1', 'X#0'))
+  s, cid = st.add_context(s, 'observation', 'a b c', W, source_refs=('X#1', 'X#0'))
   assert s.item(cid).evidence == ('X#0', 'X#1') and s.item(cid).source_refs == ('X#1', 'X#0')
-  s, hid = mm.add_history(s, 'conclusion', 'done', W)
+  s, hid = st.add_history(s, 'conclusion', 'done', W)
   assert s.event(hid).kind == 'conclusion' and s.event(hid).step == 0
-  s, mid = mm.add_entry(s, 'fact', W)
+  s, mid = st.add_entry(s, 'fact', W)
   assert s.entry(mid).content == 'fact' and s.entry(mid).active
-  other = mm.new_state('u', 'q', W)
+  other = st.new_state('u', 'q', W)
   assert s.entry(f'{other.ns}:m1') is None and s.event(f'{other.ns}:h1') is None
   assert s.entry(f'{s.ns}:m2') is None and s.item(f'{s.ns}:c9') is None
   assert s.context_tokens() == 5
   with pytest.raises(ValueError, match='context kind'):
-    mm.add_context(s, 'secret', 'x', W)
+    st.add_context(s, 'secret', 'x', W)
   with pytest.raises(ValueError, match='history kind'):
-    mm.add_history(s, 'secret', 'x', W)
+    st.add_history(s, 'secret', 'x', W)
   with pytest.raises(ValueError, match='task_id'):
-    mm.new_state('', 'q', W)
+    st.new_state('', 'q', W)
 
 
 def test_states_are_immutable_and_structurally_shared():
@@ -62,7 +67,7 @@ def test_states_are_immutable_and_structurally_shared():
     s.q = 'x'
   with pytest.raises(dataclasses.FrozenInstanceError):
     s.C[0].protected = False
-  t = mm.execute(s, f'Add(content="new fact", source_refs=["{s.ns}:c2"])', CFG, W)
+  t = mexec.execute(s, f'Add(content="new fact", source_refs=["{s.ns}:c2"])', CFG, W)
   after = t.state_after
   assert after.C is s.C
   assert all(a is b for a, b in zip(after.M, s.M))
@@ -85,27 +90,38 @@ def test_render_cache_is_not_part_of_records():
   import pickle  # pylint: disable=import-outside-toplevel
   s = sample()
   before = pickle.dumps(s)
-  mm.render_policy_input(s, W, allowed_ops=mm.ALL_OPS)
+  serialization.render_policy_input(s, W, allowed_ops=cmds.ALL_OPS)
   assert any(k.startswith('_g') for k in s.H[0].__dict__)  # cached line on the record
   assert pickle.dumps(s) == before
   back = pickle.loads(pickle.dumps(s))
   assert back == s and not any(k.startswith('_g') for k in back.H[0].__dict__)
   assert copy.deepcopy(s) == s
-  assert mm.MemoryState.from_json(s.to_json()) == s
+  assert st.MemoryState.from_json(s.to_json()) == s
 
 
-def test_memory_package_never_imports_jax():
+def test_memory_modules_import_no_jax():
+  """No module of vermem_jax/memory imports JAX: a fresh process imports all of them
+  and runs T_m, T_e and g(s) without loading it. Retrieve is the exception by design:
+  bm25s (imported at the first Retrieve) loads jax.lax itself when JAX is installed
+  (memory/bm25_index.py), which the second half shows rather than hides."""
   import subprocess  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
-  code = ('import sys\n'
-          'from vermem_jax import memory as mm\n'
-          'W = mm.count_whitespace_tokens\n'
-          's = mm.new_state("t", "q", W)\n'
-          's, _ = mm.add_entry(s, "alpha beta", W)\n'
-          't = mm.execute(s, \'Retrieve(query="alpha")\', mm.ExecutorConfig(), W)\n'
-          'assert t.accepted and len(t.state_after.C) == 1, t\n'
-          'mm.render_policy_input(t.state_after, W, allowed_ops=mm.ALL_OPS)\n'
-          'print("jax" in sys.modules)\n')
+  code = ('import importlib, pathlib, sys\n'
+          'import vermem_jax.memory as pkg\n'
+          'for p in sorted(pathlib.Path(pkg.__file__).parent.glob("*.py")):\n'
+          '  importlib.import_module("vermem_jax.memory." + p.stem)\n'
+          'from vermem_jax.memory import config, executor, serialization, state\n'
+          'from vermem_jax.memory import commands, token_count\n'
+          'W = token_count.count_whitespace_tokens\n'
+          's = state.new_state("t", "q", W)\n'
+          's, _ = state.add_entry(s, "alpha beta", W)\n'
+          'cfg = config.ExecutorConfig()\n'
+          't = executor.execute(s, \'Update(memory_id="m1", new_content="alpha gamma", '
+          'source_refs=[])\', cfg, W)\n'
+          'serialization.render_policy_input(t.state_after, W, allowed_ops=commands.ALL_OPS)\n'
+          'print("jax" in sys.modules)\n'
+          't = executor.execute(s, \'Retrieve(query="alpha")\', cfg, W)\n'
+          'assert t.accepted and len(t.state_after.C) == 1, t\n')
   out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                        check=True, timeout=120)
   assert out.stdout.strip() == 'False', out.stderr

@@ -1,20 +1,20 @@
-"""Tests for MemoryState <-> JSON (vermem_jax/memory/state_json.py; SPEC §1)."""
+"""Tests for MemoryState <-> JSON (vermem_jax/memory/state.py; SPEC §1)."""
 import json
 
 import pytest
 
 from test_memory_state import sample
-from vermem_jax import memory as mm
+from vermem_jax.memory import state as mstate
 
 
 def test_json_round_trip():
   s = sample()
   text = s.to_json()
   assert json.loads(text)['schema'] == 'vermem.memory_state/1'
-  back = mm.MemoryState.from_json(text)
+  back = mstate.MemoryState.from_json(text)
   assert back == s
   assert back.to_json() == text
-  assert mm.MemoryState.from_dict(s.to_dict()) == s
+  assert mstate.MemoryState.from_dict(s.to_dict()) == s
 
 
 @pytest.mark.parametrize('mutate,match', [
@@ -33,11 +33,11 @@ def test_from_json_names_the_bad_field(mutate, match):
   d = json.loads(sample().to_json())
   mutate(d)
   with pytest.raises(ValueError, match=match):
-    mm.MemoryState.from_json(json.dumps(d))
+    mstate.MemoryState.from_json(json.dumps(d))
 
 
 def test_from_json_rejects_non_json():
   with pytest.raises(ValueError, match='not valid JSON'):
-    mm.MemoryState.from_json('{oops')
+    mstate.MemoryState.from_json('{oops')
   with pytest.raises(ValueError, match='top level'):
-    mm.MemoryState.from_json('[1]')
+    mstate.MemoryState.from_json('[1]')

@@ -13,13 +13,14 @@ import pytest
 
 from test_grpo import ref_ppo_loss_and_logit_grad  # pylint: disable=g-bad-import-order
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
 from vermem_jax.rl import loss_step
 from vermem_jax.train import nonfinite
 from vermem_jax.train import rl_learner
 
 # A small vocabulary keeps the NumPy reference over [B, L, V] logits cheap.
-MC = qwen.QwenConfig(vocab_size=512)
+MC = qwen_config.QwenConfig(vocab_size=512)
 BCFG = batching.BatchingConfig(micro_batch_size=4, length_buckets=(48,),
                                command_buckets=(8,))
 LOSS = rl_learner.LossConfig(temperature=0.7)

@@ -15,18 +15,18 @@ import pytest
 
 # The tokenizer and oracle fixtures, the scripted policy and the collection helper.
 from test_rollout import K, Scripted, _collect, _family_specs, oracle, tok  # noqa: F401  pylint: disable=g-bad-import-order,unused-import
-from vermem_jax.envs import environment
-from vermem_jax.memory import ExecutorConfig
-from vermem_jax.models import qwen
+from vermem_jax.envs import episode_types
+from vermem_jax.memory.config import ExecutorConfig
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling
-from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import policy as pol
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rollout
+from vermem_jax.rl import running_stats
 from vermem_jax.rl import task_selection
 from vermem_jax.train import rl_phase
 from vermem_jax.train import rl_selection
-from vermem_jax.verifiers import make_verifier
+from vermem_jax.verifiers.backends import make_verifier
 
 
 class _Shared:
@@ -116,7 +116,7 @@ def four_tasks(pools, tok, oracle):
 
 
 def _stats():
-  stats = adv.RunningStats()
+  stats = running_stats.RunningStats()
   stats.init_from({'Null': [0.2, 0.6], 'SelectEpisode': [0.5, 0.9],
                    'Retrieve': [0.4, 0.8]})
   return stats
@@ -212,7 +212,7 @@ class FakeGenerate:
 
 def _policy(tok, generate, group=None, batch=8):
   return pol.SamplerPolicy(
-      qwen.QwenConfig.preset('tiny'), None, tok,
+      qwen_config.QwenConfig.preset('tiny'), None, tok,
       sampling_config=pol.PolicySamplingConfig(max_command_tokens=4),
       batch_buckets=(batch,), generate_fn=generate, group=group)
 
@@ -251,7 +251,7 @@ def test_split_dev_evaluation_equals_one_process(four_tasks, tok, oracle):
   kwargs = dict(count_tokens=tok.count_tokens,
                 executor_config=ExecutorConfig(phase='B', context_budget=1024,
                                                policy_input_limit=2048),
-                env_config=environment.EnvConfig(), seed=0, metric='r_task')
+                env_config=episode_types.EnvConfig(), seed=0, metric='r_task')
   reference = lambda xs, rng: ['∅'] * len(xs)
   one = rl_selection.dev_evaluation(four_tasks, reference, oracle, **kwargs)
   split = run_processes(2, lambda g: rl_selection.dev_evaluation(

@@ -13,8 +13,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vermem_jax.models import kv_cache
 from vermem_jax.models import qwen
-from vermem_jax.models.qwen import QwenConfig
+from vermem_jax.models.qwen_config import QwenConfig
+from vermem_jax.models import qwen_config
 
 # Small vocabulary keeps [B, T, V] logits cheap; the `tiny` preset itself is checked
 # separately.
@@ -153,7 +155,7 @@ def test_presets_published_values():
       'qwen3-4b-instruct-2507': (2560, 9728, 36, 32, 8, 128, 151936, True, 5e6,
                                  262144),
   }
-  assert set(qwen.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k'}
+  assert set(qwen_config.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k'}
   for name, values in expected.items():
     c = QwenConfig.preset(name)
     got = (c.hidden_size, c.intermediate_size, c.num_hidden_layers,
@@ -291,7 +293,7 @@ def test_cached_incremental_forward_matches_full(cfg):
   ids = _ids((2, 10), cfg.vocab_size, seed=3)
   mask = jnp.ones((2, 10), jnp.int32).at[0, :3].set(0)  # row 0 left-padded
   full = _forward(cfg, params, ids, mask)
-  cache = qwen.init_cache(cfg, 2, 16)
+  cache = kv_cache.init_cache(cfg, 2, 16)
   step = jax.jit(lambda p, c, x, m: model.apply({'params': p}, x, attention_mask=m,
                                                 cache=c))
   out, cache = step(params, cache, ids[:, :6], mask[:, :6])  # prefill
@@ -318,7 +320,7 @@ def test_bfloat16_compute_close_to_float32():
   h = _forward(cfg16, params, ids, return_hidden=True)
   assert b.dtype == jnp.float32 and h.dtype == jnp.bfloat16
   assert float(jnp.max(jnp.abs(a - b))) < 0.05 * float(jnp.max(jnp.abs(a)))
-  assert qwen.init_cache(cfg16, 1, 4)['layers_0']['k'].dtype == jnp.bfloat16
+  assert kv_cache.init_cache(cfg16, 1, 4)['layers_0']['k'].dtype == jnp.bfloat16
 
 
 def test_remat_same_values_and_grads():

@@ -12,6 +12,8 @@ import re
 
 import pytest
 
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
 from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
@@ -58,9 +60,9 @@ def _placements(tok, records):
 def _records(tok):
   construction, dev = episodes.load_pools(
       hotpotqa.DataConfig(hotpotqa_dir=paths.hotpotqa_dir()))
-  cfg = episodes.SFTDataConfig(train_per_target=0, dev_per_target=8,
+  cfg = sft_config.SFTDataConfig(train_per_target=0, dev_per_target=8,
                                context_budget=320, policy_input_limit=640, seed=0)
-  _, records, _ = episodes.build_sft_set(construction[:40], dev,
+  _, records, _ = sft_build.build_sft_set(construction[:40], dev,
                                          count_tokens=tok.count_tokens, config=cfg,
                                          verbose=False)
   return records

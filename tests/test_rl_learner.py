@@ -6,12 +6,13 @@ import numpy as np
 import pytest
 
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
 from vermem_jax.train import rl_learner
 
 
 def _tiny_model():
-  config = qwen.QwenConfig()
+  config = qwen_config.QwenConfig()
   return config, qwen.init_params(config, jax.random.PRNGKey(0))
 
 

@@ -22,6 +22,7 @@ import pytest
 from test_curriculum_e2e import curriculum_workdir  # pylint: disable=g-bad-import-order
 from test_curriculum_e2e import override_flags
 from test_curriculum_e2e import tiny_config
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import rl_phase
@@ -41,7 +42,7 @@ def test_bad_configs_are_named(tmp_path):
   with pytest.raises(ValueError, match='entropy_coef'):
     rl_phase.run_rl_phase(config, str(tmp_path))
   # No Phase A checkpoint in this workdir: π_ref cannot be loaded.
-  with pytest.raises(checkpoints.CheckpointError, match='phase_a'):
+  with pytest.raises(checkpoint_values.CheckpointError, match='phase_a'):
     rl_phase.run_rl_phase(tiny_config('phase_b'), str(tmp_path))
 
 

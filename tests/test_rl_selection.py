@@ -4,28 +4,31 @@ import json
 import pytest
 
 from vermem_jax.envs import environment as env
-from vermem_jax.envs import episodes as ep
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
+from vermem_jax.envs.scenarios import build as scenario_build
+from vermem_jax.envs.scenarios import spec as scenario_spec
 from vermem_jax.envs import task_solvers as ts
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
-from vermem_jax.train import checkpoints
+from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import rl_selection
 
 
 @pytest.fixture(scope='module')
 def dev_specs(hotpotqa_dir):
-  examples = hotpotqa.load_examples('json', 'train', data_dir=hotpotqa_dir)
+  examples = hotpotqa_sources.load_examples('json', 'train', data_dir=hotpotqa_dir)
   _, dev = hotpotqa.split_train_pools(examples)
-  cfg = ep.ScenarioConfig(num_dev=4, context_budget=2048)
-  return ep.build_episodes(dev, 'B', count_tokens=count, config=cfg, split='dev'), dev
+  cfg = scenario_spec.ScenarioConfig(num_dev=4, context_budget=2048)
+  return scenario_build.build_episodes(dev, 'B', count_tokens=count, config=cfg, split='dev'), dev
 
 
 def test_reference_commands_score_higher_than_null(dev_specs):
   specs, dev = dev_specs
   oracle = ts.OracleEvidenceReader.from_examples(dev)
-  cfg = mexec.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
-  kw = dict(count_tokens=count, executor_config=cfg, env_config=env.EnvConfig(),
+  cfg = mconfig.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
+  kw = dict(count_tokens=count, executor_config=cfg, env_config=episode_types.EnvConfig(),
             seed=0, metric='r_task')
   null = rl_selection.dev_evaluation(specs, lambda xs, rng: ['∅'] * len(xs), oracle,
                                      **kw)
@@ -54,19 +57,19 @@ def test_dev_op_shares_count_every_decision(dev_specs):
   """dev/op_share/<op> against a count over the same episodes run directly."""
   specs, dev = dev_specs
   oracle = ts.OracleEvidenceReader.from_examples(dev)
-  cfg = mexec.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
+  cfg = mconfig.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
   calls = []
 
   def policy(xs, rng):  # junk (Invalid), then Retrieve, then ∅, by call
     calls.append(len(xs))
     return [('junk', 'Retrieve("capital")', '∅')[(len(calls) - 1) % 3]] * len(xs)
   out = rl_selection.dev_evaluation(specs, policy, oracle, count_tokens=count,
-                                    executor_config=cfg, env_config=env.EnvConfig(),
+                                    executor_config=cfg, env_config=episode_types.EnvConfig(),
                                     seed=0, metric='r_task')
   calls.clear()
   results = env.run_episodes(list(specs), lambda xs: policy(xs, None), oracle,
                              count_tokens=count, executor_config=cfg,
-                             env_config=env.EnvConfig())
+                             env_config=episode_types.EnvConfig())
   ops = [d.op for r in results for d in r.decisions]
   shares = {k[len('dev/op_share/'):]: v for k, v in out.items()
             if k.startswith('dev/op_share/')}
@@ -78,16 +81,16 @@ def test_episode_scores_hand_case(dev_specs):
   specs, _ = dev_specs
   spec = specs[0]
   gold = spec.example.answer
-  rec = env.DecisionRecord(
-      step=0, policy_input='x', policy_output=env.PolicyOutput('junk'), op='Invalid',
+  rec = episode_types.DecisionRecord(
+      step=0, policy_input='x', policy_output=episode_types.PolicyOutput('junk'), op='Invalid',
       accepted=False, violations=(), cost=1.0, is_tool_call=False,
       transition_message='', state=spec.initial_state,
       state_after_memory=spec.initial_state, next_state=spec.initial_state,
       solver_output=ts.SolverOutput(ts.ANSWER, gold, f'Answer: {gold}'),
       observation=None)
-  rec2 = env.DecisionRecord(**{**rec.__dict__, 'step': 1, 'cost': 0.0, 'op': 'Null',
+  rec2 = episode_types.DecisionRecord(**{**rec.__dict__, 'step': 1, 'cost': 0.0, 'op': 'Null',
                                'accepted': True})
-  res = env.EpisodeResult(spec=spec, decisions=(rec, rec2),
+  res = episode_types.EpisodeResult(spec=spec, decisions=(rec, rec2),
                           final_state=spec.initial_state, final_answer=gold,
                           terminated_by='answer',
                           policy_input_tokens=0, policy_output_tokens=0,
@@ -103,4 +106,4 @@ def test_metric_checks_and_eval_steps():
     rl_selection.check_metric('j_judge')  # held-out judges never select
   assert [n for n in range(1, 8) if rl_selection.is_eval_step(n, 7, 3)] == [3, 6, 7]
   assert rl_selection.selection_metrics({'dev/score': 0.25}, 6) == {
-      checkpoints.RL_SELECTION_SCORE: 0.25, checkpoints.RL_SELECTION_STEP: 6}
+      checkpoint_selection.RL_SELECTION_SCORE: 0.25, checkpoint_selection.RL_SELECTION_STEP: 6}

@@ -14,21 +14,24 @@ import pytest
 
 from vermem_jax.envs import environment
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs import episodes
+from vermem_jax.envs.scenarios import build as scenario_build
+from vermem_jax.envs.scenarios import spec as scenario_spec
 from vermem_jax.envs import task_solvers
-from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy as pol
 from vermem_jax.rl import rollout
 from vermem_jax.rl import rollout_records
+from vermem_jax.rl import running_stats
 from vermem_jax.tokenization import load_tokenizer
 from vermem_jax.train import metrics as tmetrics
 from vermem_jax.verifiers import adapters
-from vermem_jax.verifiers import make_verifier
+from vermem_jax.verifiers.backends import make_verifier
 
 K = 3
 # Small budgets keep every policy prompt (x_t <= SMALL_LIMIT tokens + the chat template)
@@ -48,11 +51,11 @@ def tok(qwen25_tokenizer_dir):
 def _family_specs(pool, tok, families, budget, solved_by=None):
   """One Phase B spec per family, from the first construction examples that fit (and,
   with a solver, whose reference command alone lets that solver answer at step 0)."""
-  cfg = episodes.ScenarioConfig(context_budget=budget, rollout_limit=4)
+  cfg = scenario_spec.ScenarioConfig(context_budget=budget, rollout_limit=4)
   specs = []
   for fam in families:
     for ex in pool:
-      spec = episodes.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
+      spec = scenario_build.build_episode(ex, "B", fam, count_tokens=tok.count_tokens,
                                      config=cfg)
       if spec is None:
         continue
@@ -79,7 +82,7 @@ def oracle(pools, tok):
 
 @pytest.fixture(scope="module")
 def tiny_model():
-  config = qwen.QwenConfig.preset("tiny")
+  config = qwen_config.QwenConfig.preset("tiny")
   return config, qwen.init_params(config, jax.random.PRNGKey(0))
 
 
@@ -108,7 +111,7 @@ def _collect(specs, policy, tok, oracle, *, seed=0, stats=None, budget=SMALL_BUD
       specs, policy, oracle, verifier or make_verifier({"backend": "heuristic"}),
       rng=jax.random.PRNGKey(seed), count_tokens=tok.count_tokens,
       rollouts_per_task=rollouts_per_task,
-      running_stats=stats if stats is not None else adv.RunningStats(),
+      running_stats=stats if stats is not None else running_stats.RunningStats(),
       executor_config=ExecutorConfig(phase="B", context_budget=budget,
                                      policy_input_limit=limit),
       advantage_config=advantage_config, phase="phase_b", update=1)
@@ -292,7 +295,7 @@ class Scripted:
 def scripted(pools, tok, oracle):
   specs = _family_specs(pools[0], tok, ("select_episode", "retrieve"), 1024,
                         solved_by=oracle)
-  stats = adv.RunningStats()
+  stats = running_stats.RunningStats()
   stats.init_from({"Null": [0.2, 0.6], "SelectEpisode": [0.5, 0.9],
                    "Retrieve": [0.4, 0.8]})
   before = copy.deepcopy(stats)

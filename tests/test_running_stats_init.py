@@ -13,17 +13,19 @@ from test_rollout import Scripted  # pylint: disable=g-bad-import-order
 from test_rollout import oracle  # pylint: disable=unused-import
 from test_rollout import scripted  # pylint: disable=unused-import
 from test_rollout import tok  # pylint: disable=unused-import
-from vermem_jax.envs import environment
-from vermem_jax.envs import episodes
-from vermem_jax.memory import ExecutorConfig
+from vermem_jax.envs import episode_types
+from vermem_jax.envs.sft_data import records as sft_records
+from vermem_jax.envs.scenarios import build as scenario_build
+from vermem_jax.envs.scenarios import spec as scenario_spec
+from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import running_stats_init
-from vermem_jax.verifiers import make_verifier
+from vermem_jax.verifiers.backends import make_verifier
 
 
 def test_init_running_stats_from_dev(pools, tok):
   dev = pools[1]
-  cfg = episodes.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
-  specs = episodes.build_episodes(dev, "B", count_tokens=tok.count_tokens,
+  cfg = scenario_spec.ScenarioConfig(context_budget=1024, rollout_limit=4, num_dev=10)
+  specs = scenario_build.build_episodes(dev, "B", count_tokens=tok.count_tokens,
                                    config=cfg, split="dev")
   base_cfg = ExecutorConfig(context_budget=1024, policy_input_limit=2048)
   inputs = running_stats_init.dev_inputs_from_episodes(
@@ -61,9 +63,9 @@ def test_dev_inputs_from_results(scripted):
   assert all(i.arguments for i in got)
   # A hand-built record without the executor's Transition is refused clearly.
   d = res.decisions[0].record
-  bare = environment.EpisodeResult(**{
+  bare = episode_types.EpisodeResult(**{
       **{f.name: getattr(res.trajectories[0].result, f.name)
-         for f in dataclasses.fields(environment.EpisodeResult)},
+         for f in dataclasses.fields(episode_types.EpisodeResult)},
       "decisions": (dataclasses.replace(d, transition=None),)})
   with pytest.raises(ValueError, match="no executor Transition"):
     running_stats_init.dev_inputs_from_results([bare],
@@ -75,7 +77,7 @@ def test_dev_inputs_from_sft_records(scripted, tok):
   records = []
   for spec in scripted["specs"]:
     for target in (spec.reference_command, "∅", Scripted.BAD):
-      records.append(episodes.SFTRecord(
+      records.append(sft_records.SFTRecord(
           policy_input="x", target=target, op="?", template="t", is_boundary=False,
           example_id=spec.example.id, split="dev", phase="B", source="template",
           state=spec.initial_state))

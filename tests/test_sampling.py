@@ -8,7 +8,7 @@ import pytest
 
 from vermem_jax.models import qwen
 from vermem_jax.models import sampling
-from vermem_jax.models.qwen import QwenConfig
+from vermem_jax.models.qwen_config import QwenConfig
 
 CFG = QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

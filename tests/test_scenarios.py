@@ -6,7 +6,9 @@ import re
 
 import pytest
 
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment as env
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.envs.scenarios.build import build_episode, build_episodes
@@ -14,8 +16,8 @@ from vermem_jax.envs.scenarios.initial_state import validate_initial_state
 from vermem_jax.envs.scenarios.needs import _same_sentence
 from vermem_jax.envs.scenarios.spec import FAMILIES, PHASES, ScenarioConfig
 from vermem_jax.envs.scenarios.views import build_view
-from vermem_jax.eval import hotpotqa_metrics
 from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
@@ -47,7 +49,7 @@ def test_every_construction_example_builds_valid_initial_states(pools):
       assert s0.q == ex.question and s0.task_id == ex.id
       assert s0.C[0].kind == mstate.INSTRUCTION and s0.C[0].protected
       tr = mexec.execute(s0, spec.reference_command,
-                         mexec.ExecutorConfig(phase=phase), count)
+                         mconfig.ExecutorConfig(phase=phase), count)
       assert tr.accepted, (ex.id, phase, spec.family, tr.message)
       assert tr.op in cmds.PHASE_OPS[phase]
       # The delayed query is the last observation and reachable in the rollout limit.
@@ -101,13 +103,13 @@ def test_recovery_scripted_policy_answers_null_policy_does_not(pools):
                                      config=CFG, num=40) if s.is_recovery]
   assert len(specs) >= 4
   oracle = ts.OracleEvidenceReader.from_examples(construction)
-  cfg = mexec.ExecutorConfig()
+  cfg = mconfig.ExecutorConfig()
   results = env.run_episodes(specs, _scripted(specs), oracle, count_tokens=count,
                              executor_config=cfg)
   for res in results:
     ex = res.spec.example
-    r_task = 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
-                    + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+    r_task = 0.5 * (answer_metrics.exact_match(res.final_answer, ex.answer)
+                    + answer_metrics.f1_score(res.final_answer, ex.answer))
     assert res.decisions[0].op == 'SelectEpisode' and res.decisions[0].accepted
     assert r_task == 1.0 and res.terminated_by == 'answer'
   nulls = env.run_episodes(specs, lambda xs: ['∅'] * len(xs), oracle,
@@ -143,9 +145,9 @@ def test_phase_a_delayed_query_reads_ltm(pools):
                                      config=CFG, num=24) if s.family == 'add']
   assert len(specs) >= 3
   oracle = ts.OracleEvidenceReader.from_examples([s.example for s in specs])
-  cfg = mexec.ExecutorConfig(phase='A')
+  cfg = mconfig.ExecutorConfig(phase='A')
   for s in specs:
-    assert s.answer_context == env.SOLVER_READS_LTM
+    assert s.answer_context == episode_types.SOLVER_READS_LTM
     assert s.answer_from == len(s.observations)
     assert s.delayed_query.context_source == 'ltm'
   results = env.run_episodes(specs, add_current_observation, oracle,
@@ -303,8 +305,8 @@ def _r_task(res):
   ex = res.spec.example
   if res.final_answer is None:
     return 0.0
-  return 0.5 * (hotpotqa_metrics.exact_match(res.final_answer, ex.answer)
-                + hotpotqa_metrics.f1_score(res.final_answer, ex.answer))
+  return 0.5 * (answer_metrics.exact_match(res.final_answer, ex.answer)
+                + answer_metrics.f1_score(res.final_answer, ex.answer))
 
 
 def test_phase_a_stale_and_obsolete_entries_must_be_repaired(pools):
@@ -329,7 +331,7 @@ def test_phase_a_stale_and_obsolete_entries_must_be_repaired(pools):
     else:
       assert s.stale_texts == ()
   oracle = ts.OracleEvidenceReader.from_examples(construction)
-  cfg = mexec.ExecutorConfig(phase='A')
+  cfg = mconfig.ExecutorConfig(phase='A')
 
   def run(policy):
     return env.run_episodes(specs, policy, oracle, count_tokens=count,
@@ -379,11 +381,11 @@ def test_phase_a_stale_entries_citing_their_unit_do_not_answer(pools):
   oracle = ts.OracleEvidenceReader.from_examples(construction)
   results = env.run_episodes(cited, lambda xs: ['∅'] * len(xs), oracle,
                              count_tokens=count,
-                             executor_config=mexec.ExecutorConfig(phase='A'))
+                             executor_config=mconfig.ExecutorConfig(phase='A'))
   assert all(r.final_answer is None for r in results)
   results = env.run_episodes(cited, CorrectPhaseAPolicy(specs), oracle,
                              count_tokens=count,
-                             executor_config=mexec.ExecutorConfig(phase='A'))
+                             executor_config=mconfig.ExecutorConfig(phase='A'))
   assert all(_r_task(r) == 1.0 for r in results)
 
 

@@ -11,6 +11,7 @@ from vermem_jax.envs.sft_data.filters import dedupe_key
 from vermem_jax.envs.sft_data.records import TARGETS
 from vermem_jax.envs.sft_data.templates import TEMPLATES
 from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
 from vermem_jax.memory import state as mstate
@@ -56,7 +57,7 @@ def test_every_target_accepted_and_input_is_g_of_state(built):
   train, dev, _ = built
   keys = set()
   for r in train + dev:
-    cfg = mexec.ExecutorConfig(phase=r.phase, context_budget=CFG.context_budget)
+    cfg = mconfig.ExecutorConfig(phase=r.phase, context_budget=CFG.context_budget)
     tr = mexec.execute(r.state, r.target, cfg, count)
     assert tr.accepted and tr.op == r.op, (r.template, tr.message)
     assert r.op in cmds.PHASE_OPS[r.phase]
@@ -89,7 +90,7 @@ def test_local_ids_records_are_the_qualified_ones_without_namespace(built, pools
     assert r.policy_input == serialization.render_policy_input(
         r.state, count, allowed_ops=cmds.PHASE_OPS[r.phase],
         context_budget=CFG.context_budget, local_ids=True)
-    cfg = mexec.ExecutorConfig(phase=r.phase, context_budget=CFG.context_budget)
+    cfg = mconfig.ExecutorConfig(phase=r.phase, context_budget=CFG.context_budget)
     a, b = mexec.execute(r.state, r.target, cfg, count), mexec.execute(
         q.state, q.target, cfg, count)
     assert a.accepted and a.op == b.op
@@ -103,7 +104,7 @@ def test_local_ids_records_are_the_qualified_ones_without_namespace(built, pools
 def test_boundary_targets_are_the_legal_alternative(built):
   """Spot-check the semantics of boundary states: the confusable op is wrong there."""
   train, _, _ = built
-  cfg = mexec.ExecutorConfig(phase='C')
+  cfg = mconfig.ExecutorConfig(phase='C')
   for r in train:
     if r.template == 'null_duplicate':
       # The observed fact is already stored: Add would duplicate (rejected).

@@ -8,6 +8,8 @@ import pytest
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
 from vermem_jax.rl import policy
 from vermem_jax.train import setup
 from vermem_jax.train import sft_examples
@@ -21,9 +23,9 @@ def tok(qwen25_tokenizer_dir):
 @pytest.fixture(scope='module')
 def records(tok, hotpotqa_dir):
   construction, dev = episodes.load_pools(hotpotqa.DataConfig(hotpotqa_dir=hotpotqa_dir))
-  cfg = episodes.SFTDataConfig(train_per_target=1, dev_per_target=1, context_budget=256,
+  cfg = sft_config.SFTDataConfig(train_per_target=1, dev_per_target=1, context_budget=256,
                                policy_input_limit=512)
-  train, dev_r, _ = episodes.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
+  train, dev_r, _ = sft_build.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
                                            config=cfg, verbose=False)
   return train, dev_r
 

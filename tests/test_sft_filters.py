@@ -7,6 +7,7 @@ from vermem_jax.envs.sft_data.filters import check_candidate
 from vermem_jax.envs.sft_data.templates import TEMPLATES, TEMPLATES_BY_NAME
 from vermem_jax.memory import checks
 from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
 from vermem_jax.memory import state as mstate
@@ -29,7 +30,7 @@ def _state_and_input(pools, template_name, phase='C'):
 
 def _check(state, text, x, phase='C'):
   _, fails = check_candidate(state, text, phase=phase, count_tokens=count,
-                             executor_config=mexec.ExecutorConfig(), policy_input=x)
+                             executor_config=mconfig.ExecutorConfig(), policy_input=x)
   return [f.split(':', 1)[0] for f in fails]
 
 
@@ -77,7 +78,7 @@ def test_each_filter_rejects_its_failure(pools):
   other = mstate.task_namespace('another-task')
   assert _check(state, good.replace(cid, f'{other}:c2'), x) == ['same_instance']
   # 6 transition valid: once stored, the same Add duplicates an active entry
-  after = mexec.execute(state, good, mexec.ExecutorConfig(), count).state_after
+  after = mexec.execute(state, good, mconfig.ExecutorConfig(), count).state_after
   x_after = serialization.render_policy_input(after, count,
                                               allowed_ops=cmds.PHASE_OPS['C'])
   assert _check(after, good, x_after) == ['transition_valid']

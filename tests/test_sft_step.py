@@ -9,6 +9,7 @@ from test_sft_examples import examples  # pylint: disable=g-bad-import-order,unu
 from test_sft_examples import records  # pylint: disable=unused-import
 from test_sft_examples import tok  # pylint: disable=unused-import
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
 from vermem_jax.train import sft_step
 
@@ -17,7 +18,7 @@ from vermem_jax.train import sft_step
 # last prompt tokens of real records), L=32.
 UNIT = batching.BatchingConfig(micro_batch_size=4, length_buckets=(64,),
                                command_buckets=(32,))
-MODEL = qwen.QwenConfig.preset('tiny')
+MODEL = qwen_config.QwenConfig.preset('tiny')
 PAD = 151643
 
 

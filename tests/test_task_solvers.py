@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
 
 
@@ -17,7 +18,7 @@ def tokenizer(qwen25_tokenizer_dir):
 
 @pytest.fixture(scope="module")
 def example(hotpotqa_dir):
-  return hotpotqa.load_examples("json", "train", data_dir=hotpotqa_dir)[0]
+  return hotpotqa_sources.load_examples("json", "train", data_dir=hotpotqa_dir)[0]
 
 
 @pytest.mark.parametrize("reply,kind,answer", [
@@ -121,12 +122,13 @@ def test_llm_solver_real_tiny_model(tokenizer, example):
   decoding (first token = argmax of an independent forward pass), token counts."""
   import jax
   import jax.numpy as jnp
-  from vermem_jax import models
+  from vermem_jax.models import qwen
+  from vermem_jax.models import qwen_config
 
-  config = models.QwenConfig.preset("tiny")
+  config = qwen_config.QwenConfig.preset("tiny")
   # Random weights drawn with NumPy into the model's parameter shapes (eval_shape is
   # free; jax's eager init of the 151936-row embedding takes seconds on CPU).
-  shapes = jax.eval_shape(lambda key: models.init_params(config, key),
+  shapes = jax.eval_shape(lambda key: qwen.init_params(config, key),
                           jax.random.PRNGKey(0))
   rng = np.random.default_rng(0)
   params = jax.tree.map(
@@ -136,8 +138,8 @@ def test_llm_solver_real_tiny_model(tokenizer, example):
 
   @jax.jit
   def last_logits(p, ids):  # independent forward pass: [1, T] -> [1, V]
-    hidden = models.Qwen(config).apply({"params": p}, ids, return_hidden=True)
-    return models.lm_head_logits(config, p, hidden[:, -1])
+    hidden = qwen.Qwen(config).apply({"params": p}, ids, return_hidden=True)
+    return qwen.lm_head_logits(config, p, hidden[:, -1])
 
   inputs = [ts.SolverInput(example.id, example.question, "A short note."),
             ts.SolverInput(example.id, example.question, "")]

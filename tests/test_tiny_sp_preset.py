@@ -7,6 +7,9 @@ import jax
 import pytest
 
 from experiments.configs import common
+from vermem_jax.models import qwen_config
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
 from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
@@ -29,7 +32,7 @@ STEPS = 60
 def test_default_config_is_the_sp_preset():
   c = common.get_config('phase_b')
   mc = setup.model_config_from(c)
-  assert c.model.preset == 'tiny-sp4k' and mc == qwen.QwenConfig.preset(
+  assert c.model.preset == 'tiny-sp4k' and mc == qwen_config.QwenConfig.preset(
       'tiny-sp4k', dtype='bfloat16', param_dtype='float32', remat=False,
       attn_implementation='sdpa')
   assert c.tokenizer.path == paths.packaged_tokenizer()
@@ -45,10 +48,10 @@ def tok():
 @pytest.fixture(scope='module')
 def records(tok, hotpotqa_dir):
   construction, dev = episodes.load_pools(hotpotqa.DataConfig(hotpotqa_dir=hotpotqa_dir))
-  cfg = episodes.SFTDataConfig(train_per_target=1, dev_per_target=1,
+  cfg = sft_config.SFTDataConfig(train_per_target=1, dev_per_target=1,
                                context_budget=CONTEXT_BUDGET,
                                policy_input_limit=INPUT_LIMIT)
-  train, _, _ = episodes.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
+  train, _, _ = sft_build.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
                                        config=cfg, verbose=False)
   # Four classes with short commands keep the learner shape small.
   by_op = {r.op: r for r in train}
@@ -56,7 +59,7 @@ def records(tok, hotpotqa_dir):
 
 
 def test_short_sft_overfits_a_handful_of_records_to_exact_match(tok, records):
-  mc = qwen.QwenConfig.preset('tiny-sp4k')
+  mc = qwen_config.QwenConfig.preset('tiny-sp4k')
   examples, dropped = sft_examples.tokenize_records(
       records, tok, max_sequence_tokens=INPUT_LIMIT + 64 + 64, max_command_tokens=64)
   assert not any(dropped.values()) and len(examples) == NUM_RECORDS

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
 from vermem_jax.rl import token_stats
@@ -86,7 +87,7 @@ def test_bad_arguments_raise():
 
 @pytest.fixture(scope='module')
 def model():
-  cfg = qwen.QwenConfig.preset('tiny', vocab_size=300, num_hidden_layers=1,
+  cfg = qwen_config.QwenConfig.preset('tiny', vocab_size=300, num_hidden_layers=1,
                                tie_word_embeddings=False)
   init = jax.jit(qwen.init_params, static_argnums=0)
   rs = np.random.RandomState(0)

@@ -10,7 +10,7 @@ import pytest
 
 import multidevice
 
-from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.train import setup
 
 _SCRIPT = textwrap.dedent("""
@@ -180,7 +180,7 @@ def test_mesh_shape_from_config():
 
 def test_model_config_and_tokenizer_checks(qwen25_tokenizer_dir):
   c = _config()
-  assert setup.model_config_from(c) == qwen.QwenConfig.preset('tiny', dtype='float32',
+  assert setup.model_config_from(c) == qwen_config.QwenConfig.preset('tiny', dtype='float32',
                                                               param_dtype='float32',
                                                               remat=False)
   with pytest.raises(ValueError, match='config.tokenizer.path'):
@@ -192,7 +192,7 @@ def test_model_config_and_tokenizer_checks(qwen25_tokenizer_dir):
   c.tokenizer.path = str(qwen25_tokenizer_dir)
   tok = setup.load_tokenizer_for(c, setup.model_config_from(c))
   assert tok.vocab_size <= 151936
-  small = qwen.QwenConfig.preset('tiny').replace(vocab_size=1000)
+  small = qwen_config.QwenConfig.preset('tiny').replace(vocab_size=1000)
   with pytest.raises(ValueError, match=r'config.tokenizer.path: .*1000'):
     setup.load_tokenizer_for(c, small)
 
@@ -207,7 +207,7 @@ def test_model_dimensions_from_the_command_line(tmp_path):
   c.model.hf_checkpoint = None  # dimensions shape a random init of the preset
   c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 128, 3, 384
   mc = setup.model_config_from(c)
-  preset = qwen.QwenConfig.preset(common.get_config('sft').model.preset)
+  preset = qwen_config.QwenConfig.preset(common.get_config('sft').model.preset)
   assert (mc.hidden_size, mc.num_hidden_layers, mc.intermediate_size) == (128, 3, 384)
   assert mc.head_dim == 128 // preset.num_attention_heads
   assert mc.vocab_size == preset.vocab_size

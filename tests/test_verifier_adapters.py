@@ -1,30 +1,34 @@
 """Verifier inputs built from real memory states and transitions."""
 import dataclasses
 
-from vermem_jax import memory
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import interaction
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import state as mstate
+from vermem_jax.memory import token_count
 from vermem_jax.verifiers import adapters, base, heuristic
 
-COUNT = memory.count_whitespace_tokens
+COUNT = token_count.count_whitespace_tokens
 Q = "Which country is the director of Titanic from?"
 
 
 def _state():
-  s = memory.new_state("task-1", Q, COUNT, instruction="Answer the question.")
-  cfg = memory.ExecutorConfig()
-  s, _ = memory.interact(s, "search Titanic", "Titanic is a 1997 American film directed "
+  s = mstate.new_state("task-1", Q, COUNT, instruction="Answer the question.")
+  cfg = mconfig.ExecutorConfig()
+  s, _ = interaction.interact(s, "search Titanic", "Titanic is a 1997 American film directed "
                          "by James Cameron.", COUNT, cfg, observation_refs=("Titanic#0",))
-  s, _ = memory.interact(s, "search Bread", "Bread is baked from flour and yeast.",
+  s, _ = interaction.interact(s, "search Bread", "Bread is baked from flour and yeast.",
                          COUNT, cfg, observation_refs=("Bread#0",))
-  s, _ = memory.interact(s, "search Cameron", "James Cameron is a Canadian filmmaker "
+  s, _ = interaction.interact(s, "search Cameron", "James Cameron is a Canadian filmmaker "
                          "born on August 16, 1954.", COUNT, cfg,
                          observation_refs=("James Cameron#0",))
   return s, cfg
 
 
 def test_op_names_match_memory():
-  assert base.ALL_OPS == memory.ALL_OPS
-  assert base.LTM_OPS == memory.LTM_OPS and base.STM_OPS == memory.STM_OPS
+  assert base.ALL_OPS == cmds.ALL_OPS
+  assert base.LTM_OPS == cmds.LTM_OPS and base.STM_OPS == cmds.STM_OPS
 
 
 def test_add_transition_becomes_local_input():
@@ -32,10 +36,10 @@ def test_add_transition_becomes_local_input():
   obs = [it for it in s.C if it.kind == mstate.OBSERVATION]
   text = (f'Add(content="James Cameron is a Canadian filmmaker.", '
           f'source_refs=["{obs[2].id}"])')
-  tr = memory.execute(s, text, cfg, COUNT)
+  tr = mexec.execute(s, text, cfg, COUNT)
   assert tr.accepted, tr.message
   inp = adapters.local_input(s, tr, policy_input="x_t", command_text=text,
-                             allowed_ops=memory.PHASE_OPS["A"])
+                             allowed_ops=cmds.PHASE_OPS["A"])
   assert inp.op == "Add" and inp.accepted and inp.question == Q
   (added,) = inp.transition.ltm_added
   assert added.text == "James Cameron is a Canadian filmmaker."
@@ -54,7 +58,7 @@ def test_filter_delete_update_and_rejection_deltas():
   obs = [it for it in s.C if it.kind == mstate.OBSERVATION]
   bread = obs[1]
   text = f'Filter(drop_refs=["{bread.id}"])'
-  tr = memory.execute(s, text, cfg, COUNT)
+  tr = mexec.execute(s, text, cfg, COUNT)
   assert tr.accepted, tr.message
   inp = adapters.local_input(s, tr, policy_input="x", command_text=text)
   assert [it.ref for it in inp.transition.context_removed] == [bread.id]
@@ -66,19 +70,19 @@ def test_filter_delete_update_and_rejection_deltas():
                              source_refs=("James Cameron#0",))
   up = (f'Update(memory_id="{mid}", new_content="James Cameron was born in 1954.", '
         f'source_refs=["{obs[2].id}"])')
-  tr = memory.execute(s2, up, cfg, COUNT)
+  tr = mexec.execute(s2, up, cfg, COUNT)
   assert tr.accepted, tr.message
   inp = adapters.local_input(s2, tr, policy_input="x", command_text=up)
   (u,) = inp.transition.ltm_updated
   assert u.before.text.endswith("1955.") and u.after.text.endswith("1954.")
 
   de = f'Delete(memory_id="{mid}", reason="superseded")'
-  tr = memory.execute(s2, de, cfg, COUNT)
+  tr = mexec.execute(s2, de, cfg, COUNT)
   inp = adapters.local_input(s2, tr, policy_input="x", command_text=de)
   assert [e.ref for e in inp.transition.ltm_deleted] == [mid]
 
   bad = 'Frobnicate(x="1")'
-  tr = memory.execute(s, bad, cfg, COUNT)
+  tr = mexec.execute(s, bad, cfg, COUNT)
   inp = adapters.local_input(s, tr, policy_input="x", command_text=bad)
   assert not inp.accepted and inp.transition.is_identity
   assert heuristic.HeuristicVerifier().score_local([inp]) == [None]
@@ -89,8 +93,8 @@ def test_global_input_scope():
   obs = [it for it in s.C if it.kind == mstate.OBSERVATION]
   text = (f'Add(content="James Cameron is a Canadian filmmaker.", '
           f'source_refs=["{obs[2].id}"])')
-  s = memory.execute(s, text, cfg, COUNT).state_after
-  s = memory.execute(s, 'Delete(memory_id="nope", reason="x")', cfg, COUNT).state_after
+  s = mexec.execute(s, text, cfg, COUNT).state_after
+  s = mexec.execute(s, 'Delete(memory_id="nope", reason="x")', cfg, COUNT).state_after
   g = adapters.global_input(s, "Canada")
   assert g.final_answer == "Canada" and g.question == Q
   assert len(g.observed_evidence) == 3
@@ -110,7 +114,7 @@ def test_global_input_carries_null_decisions_and_the_budgeted_history():
   for text in (f'Add(content="James Cameron is a Canadian filmmaker.", '
                f'source_refs=["{obs[2].id}"])', "∅", 'Delete(memory_id="nope", '
                'reason="x")'):
-    tr = memory.execute(s, text, cfg, COUNT)
+    tr = mexec.execute(s, text, cfg, COUNT)
     records.append(dataclasses.make_dataclass(
         "Rec", ["command", "accepted", "transition_message"])(
             text, tr.accepted, tr.message))

@@ -4,8 +4,9 @@ import logging
 import chat_server
 import pytest
 
-from vermem_jax import verifiers
+from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base, llm
+from vermem_jax.verifiers import heuristic
 
 SECRET = "sk-test-5ecret-never-log-me"
 KEY_ENV = "VERMEM_TEST_VERIFIER_KEY"
@@ -61,7 +62,7 @@ def make(server, **kw):
              api_key_env=KEY_ENV, timeout_s=2.0, max_concurrency=4, max_retries=2,
              backoff_s=0.001, fallback="midpoint")
   cfg.update(kw)
-  v = verifiers.make_verifier(cfg)
+  v = backends.make_verifier(cfg)
   v.sleeps = []
   v._sleep = v.sleeps.append  # record backoff instead of sleeping  # pylint: disable=protected-access
   return v
@@ -183,7 +184,7 @@ def test_non_retryable_status_and_garbage_body(server):
   out = v.score_local(local_inputs(1))
   assert out[0].fallback == "heuristic"
   # the heuristic fallback gives exactly the heuristic backend's scores
-  (h,) = verifiers.HeuristicVerifier().score_local(local_inputs(1))
+  (h,) = heuristic.HeuristicVerifier().score_local(local_inputs(1))
   assert out[0].as_dict() == h.as_dict()
   assert v.counters["attempts"] == 1 and v.counters["fallback_heuristic"] == 1
   server.mode = "garbage"
@@ -194,7 +195,7 @@ def test_non_retryable_status_and_garbage_body(server):
 
 
 def test_connection_refused_is_a_transport_error():
-  v = verifiers.make_verifier(dict(
+  v = backends.make_verifier(dict(
       backend="openai_compatible", base_url="http://127.0.0.1:9/v1", model="m",
       api_key_env="", timeout_s=1.0, max_retries=1, backoff_s=0.0, fallback="zero"))
   out = v.score_local(local_inputs(1))
@@ -205,7 +206,7 @@ def test_connection_refused_is_a_transport_error():
 def test_missing_key_env_names_the_variable_only(monkeypatch):
   monkeypatch.delenv(KEY_ENV)
   with pytest.raises(ValueError, match=KEY_ENV):
-    verifiers.make_verifier(dict(backend="openai_compatible", base_url="http://x",
+    backends.make_verifier(dict(backend="openai_compatible", base_url="http://x",
                                  model="m", api_key_env=KEY_ENV))
 
 
@@ -248,7 +249,7 @@ def test_preflight_names_unreachable_endpoint(server):
   with pytest.raises(ValueError, match="unreadable chat-completions response"):
     v.preflight()
   v.close()
-  down = verifiers.make_verifier(dict(
+  down = backends.make_verifier(dict(
       backend="openai_compatible", base_url="http://127.0.0.1:9/v1", model="m",
       api_key_env="", timeout_s=1.0))
   with pytest.raises(ValueError, match=r"connection to http://127\.0\.0\.1:9/v1/chat/"

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from vermem_jax import memory
 from vermem_jax.memory import state as mstate
+from vermem_jax.memory import token_count
 from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import base
 from vermem_jax.verifiers import heuristic
@@ -36,7 +36,7 @@ def score(inp):
 
 
 def test_adapter_builds_labeled_input_only_when_given():
-  s = memory.new_state("t1", Q, count_tokens=memory.count_whitespace_tokens)
+  s = mstate.new_state("t1", Q, count_tokens=token_count.count_whitespace_tokens)
   plain = adapters.global_input(s, "Canada")
   assert type(plain) is base.GlobalVerifierInput
   assert base.global_labels(plain) == (None, ())

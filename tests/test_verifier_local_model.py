@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from vermem_jax import verifiers
 from vermem_jax.models import sampling
 from vermem_jax.tokenization import load_tokenizer
+from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base, local_model
 
 
@@ -22,7 +22,7 @@ def local_inputs(n):
 def test_tiny_random_model_exercises_retry_and_fallback(tokenizer, qwen25_tokenizer_dir):
   # Random weights never print the score lines: every input is retried, then falls
   # back. The call goes through the real chat template, encoder and jitted sampler.
-  v = verifiers.make_verifier(dict(
+  v = backends.make_verifier(dict(
       backend="local_model", model="tiny", tokenizer_path=qwen25_tokenizer_dir,
       max_new_tokens=6, max_retries=1, fallback="midpoint", batch_size=2),
       tokenizer=tokenizer)
@@ -66,7 +66,7 @@ class FakeGenerate:
 def test_wellformed_generation_is_parsed_in_order(tokenizer, monkeypatch):
   fake = FakeGenerate(tokenizer)
   monkeypatch.setattr(sampling, "generate", fake)
-  v = verifiers.make_verifier(dict(backend="local_model", model="tiny", max_retries=1,
+  v = backends.make_verifier(dict(backend="local_model", model="tiny", max_retries=1,
                                    batch_size=2, max_new_tokens=32),
                               tokenizer=tokenizer)
   inputs = local_inputs(3)

@@ -4,8 +4,9 @@ import dataclasses
 import ml_collections
 import pytest
 
-from vermem_jax import verifiers
+from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base, parsing, prompts
+from vermem_jax.verifiers import heuristic
 
 GOOD_LOCAL = "relevance: 3\ngrounding: 4\nlocal_progress: 0\ninformation_fidelity: 2"
 
@@ -84,10 +85,10 @@ def test_config_http_needs_url_and_model():
 
 def test_make_verifier_from_configdict_and_unknown_keys():
   cd = ml_collections.ConfigDict(dataclasses.asdict(base.VerifierConfig()))
-  v = verifiers.make_verifier(cd)
-  assert isinstance(v, verifiers.HeuristicVerifier)
+  v = backends.make_verifier(cd)
+  assert isinstance(v, heuristic.HeuristicVerifier)
   with pytest.raises(ValueError, match="unknown verifier config keys"):
-    verifiers.make_verifier({"backend": "heuristic", "temprature": 0.0})
+    backends.make_verifier({"backend": "heuristic", "temprature": 0.0})
 
 
 def test_counters_snapshot_and_reset():

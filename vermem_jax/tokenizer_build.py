@@ -48,6 +48,9 @@ import os
 import sys
 from typing import Iterable, Sequence
 
+from vermem_jax.envs.sft_data import records as sft_records
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
 from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
@@ -90,7 +93,7 @@ def pool_texts(construction: Sequence[hotpotqa.Example]) -> list[str]:
   return out
 
 
-def record_texts(records: Iterable[episodes.SFTRecord]) -> list[str]:
+def record_texts(records: Iterable[sft_records.SFTRecord]) -> list[str]:
   """Each record as the policy sees it: ChatML prompt of x_i + target + `<|im_end|>`."""
   return [tokenization.render_chatml([{'role': 'user', 'content': r.policy_input}])
           + r.target + '<|im_end|>\n' for r in records]
@@ -100,11 +103,11 @@ def corpus(construction: Sequence[hotpotqa.Example],
            dev_pool: Sequence[hotpotqa.Example]) -> list[str]:
   """The training corpus (module docstring); `dev_pool` only satisfies the SFT builder
   (its records are built with dev_per_target=0 and never read)."""
-  cfg = episodes.SFTDataConfig(
+  cfg = sft_config.SFTDataConfig(
       train_per_target=CORPUS_RECORDS_PER_TARGET, dev_per_target=0,
       context_budget=CORPUS_CONTEXT_BUDGET, policy_input_limit=CORPUS_POLICY_INPUT_LIMIT,
       seed=CORPUS_SEED)
-  train, _, _ = episodes.build_sft_set(
+  train, _, _ = sft_build.build_sft_set(
       construction, dev_pool, count_tokens=token_count.count_whitespace_tokens,
       config=cfg, verbose=False)
   return pool_texts(construction) + record_texts(train)

@@ -30,6 +30,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.models import qwen_config
 
 GIB = 1024 ** 3
 
@@ -50,7 +51,7 @@ def main(argv=None):
   bench_common.add_out_flag(ap)
   args = ap.parse_args(argv)
   lengths = [int(x) for x in args.lengths.split(',')]
-  base = qwen.QwenConfig(vocab_size=1024, hidden_size=args.hidden,
+  base = qwen_config.QwenConfig(vocab_size=1024, hidden_size=args.hidden,
                          intermediate_size=2 * args.hidden,
                          num_hidden_layers=args.layers, num_attention_heads=args.heads,
                          num_key_value_heads=args.kv_heads, head_dim=args.head_dim,

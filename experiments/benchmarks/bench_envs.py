@@ -15,8 +15,9 @@ from bench_common import add_out_flag, episodes_parser, quiet_bm25s, timed, writ
 from vermem_jax import paths
 from vermem_jax.envs import environment as env
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers as ts
-from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.memory.token_count import count_whitespace_tokens
 
 
@@ -30,19 +31,19 @@ def main():
   figures = {}
 
   for split in ("train", "validation"):
-    exs, dt = timed(lambda s=split: hotpotqa.load_examples("json", s))
+    exs, dt = timed(lambda s=split: hotpotqa_sources.load_examples("json", s))
     print(f"json load {split:10s}: {len(exs):5d} examples in {dt:.3f}s "
           f"({len(exs) / dt:,.0f}/s)")
     figures[f"json_load_{split}_examples_per_s"] = len(exs) / dt
   with tempfile.TemporaryDirectory() as tmp:
-    _, dt_prep = timed(lambda: hotpotqa.load_examples("tfds", "train",
-                                                       tfds_data_dir=tmp))
-    exs, dt_read = timed(lambda: hotpotqa.load_examples("tfds", "train",
-                                                         tfds_data_dir=tmp))
+    _, dt_prep = timed(lambda: hotpotqa_sources.load_examples("tfds", "train",
+                                                              tfds_data_dir=tmp))
+    exs, dt_read = timed(lambda: hotpotqa_sources.load_examples("tfds", "train",
+                                                                tfds_data_dir=tmp))
     print(f"tfds train: prepare+read {dt_prep:.2f}s, read {dt_read:.3f}s "
           f"({len(exs) / dt_read:,.0f}/s)")
     figures.update(tfds_prepare_read_s=dt_prep, tfds_read_examples_per_s=len(exs) / dt_read)
-  train = hotpotqa.load_examples("json", "train")
+  train = hotpotqa_sources.load_examples("json", "train")
   (cons, dev), dt = timed(lambda: hotpotqa.split_train_pools(train))
   print(f"split: {len(cons)} construction / {len(dev)} dev in {dt * 1e3:.2f} ms")
   figures["split_ms"] = dt * 1e3

@@ -14,6 +14,10 @@ under the whitespace counter and (unless --no-tokenizer) the Qwen2.5 tokenizer
 """
 
 from bench_common import add_out_flag, episodes_parser, quiet_bm25s, timed, write_figures
+from vermem_jax.envs.scenarios import build as scenario_build
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
+from vermem_jax.envs.scenarios import spec as scenario_spec
 from vermem_jax import paths
 from vermem_jax.envs import episodes
 from vermem_jax.memory.token_count import count_whitespace_tokens
@@ -21,8 +25,8 @@ from vermem_jax.memory.token_count import count_whitespace_tokens
 
 def _run(name, count_tokens, construction, dev, n_episodes) -> dict:
   """Prints and returns the figures of one token counter."""
-  cfg = episodes.SFTDataConfig()
-  (train, dev_records, report), dt = timed(lambda: episodes.build_sft_set(
+  cfg = sft_config.SFTDataConfig()
+  (train, dev_records, report), dt = timed(lambda: sft_build.build_sft_set(
       construction, dev, count_tokens=count_tokens, config=cfg, verbose=False))
   n = len(train) + len(dev_records)
   print(f'[{name}] SFT tiny set: {len(train)} train + {len(dev_records)} dev records '
@@ -32,9 +36,9 @@ def _run(name, count_tokens, construction, dev, n_episodes) -> dict:
         f'{sum(report.filter_failures.values())})')
   total = dt
   figures = {'sft_records_per_s': n / dt, 'sft_s': dt}
-  scfg = episodes.ScenarioConfig()
-  for phase in episodes.PHASES:
-    specs, dt = timed(lambda p=phase: episodes.build_episodes(
+  scfg = scenario_spec.ScenarioConfig()
+  for phase in scenario_spec.PHASES:
+    specs, dt = timed(lambda p=phase: scenario_build.build_episodes(
         construction, p, count_tokens=count_tokens, config=scfg, num=n_episodes))
     total += dt
     print(f'[{name}] Phase {phase}: {len(specs)} episodes in {dt:.2f}s '

@@ -56,6 +56,7 @@ import numpy as np  # noqa: E402
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import grpo  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
@@ -231,7 +232,7 @@ def main(argv=None):
   args = ap.parse_args(argv)
   lengths = [int(x) for x in args.lengths.split(',')]
   b, l = args.batch, args.command_tokens
-  cfg = qwen.QwenConfig.preset('tiny', hidden_size=args.hidden)
+  cfg = qwen_config.QwenConfig.preset('tiny', hidden_size=args.hidden)
   v, d = cfg.vocab_size, cfg.hidden_size
   print(f'backend={jax.default_backend()} vocab={v} hidden={d} batch={b} '
         f'command_tokens(L)={l} prompt lengths={lengths}')

@@ -29,7 +29,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
 
-from vermem_jax import memory as mm  # noqa: E402
+from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import commands as cmds_lib
+from vermem_jax.memory import interaction
+from vermem_jax.memory import config as mconfig
+from vermem_jax.memory import state as mstate
 from vermem_jax import paths  # noqa: E402
 from vermem_jax import tokenization  # noqa: E402
 from vermem_jax.memory import render_cache  # noqa: E402
@@ -39,18 +43,18 @@ from vermem_jax.memory import token_count  # noqa: E402
 
 def build_state(example, count_tokens, cfg, n_entries=30):
   """Initial Phase-C-like state for one HotpotQA example."""
-  s = mm.new_state(example['_id'], example['question'], count_tokens,
+  s = mstate.new_state(example['_id'], example['question'], count_tokens,
                    instruction='Answer the question using the active context.',
                    task_state='all 10 paragraphs read',
                    forbidden=(example['answer'],))
   sentences = []
   for title, sents in example['context']:
-    s, _ = mm.interact(s, f'read "{title}"', f'{title}: ' + ''.join(sents),
+    s, _ = interaction.interact(s, f'read "{title}"', f'{title}: ' + ''.join(sents),
                        count_tokens, cfg,
                        observation_refs=tuple(f'{title}#{i}' for i in range(len(sents))))
     sentences += [(title, i, t.strip()) for i, t in enumerate(sents) if t.strip()]
   for title, i, text in sentences[:n_entries]:
-    s, _ = mm.add_entry(s, text, count_tokens, source_refs=(f'{title}#{i}',))
+    s, _ = mstate.add_entry(s, text, count_tokens, source_refs=(f'{title}#{i}',))
   return s
 
 
@@ -61,17 +65,17 @@ def script(s, example):
   words = example['question'].split()
   para = s.C[3].text
   return [
-      mm.format_command(mm.Command('Retrieve', {'query': ' '.join(words[:6])})),
-      mm.format_command(mm.Command('Add', {
+      cmds_lib.format_command(cmds_lib.Command('Retrieve', {'query': ' '.join(words[:6])})),
+      cmds_lib.format_command(cmds_lib.Command('Add', {
           'content': para.split(': ', 1)[1][:200], 'source_refs': [c[3]]})),
-      mm.format_command(mm.Command('Filter', {'drop_refs': [c[5], c[6]]})),
-      mm.format_command(mm.Command('SelectEpisode', {'selected_refs': [obs_h[4]]})),
-      mm.format_command(mm.Command('Update', {
+      cmds_lib.format_command(cmds_lib.Command('Filter', {'drop_refs': [c[5], c[6]]})),
+      cmds_lib.format_command(cmds_lib.Command('SelectEpisode', {'selected_refs': [obs_h[4]]})),
+      cmds_lib.format_command(cmds_lib.Command('Update', {
           'memory_id': f'{ns}:m2', 'new_content': s.C[4].text[:150],
           'source_refs': [c[4]]})),
-      mm.format_command(mm.Command('Summarize', {
+      cmds_lib.format_command(cmds_lib.Command('Summarize', {
           'source_refs': [c[7]], 'summary': ' '.join(s.C[7].text.split()[:6])})),
-      mm.format_command(mm.Command('Delete', {'memory_id': f'{ns}:m3',
+      cmds_lib.format_command(cmds_lib.Command('Delete', {'memory_id': f'{ns}:m3',
                                               'reason': 'superseded'})),
       '∅',
       'Add(content="unterminated',
@@ -85,7 +89,7 @@ def bench(example, count_tokens, n_decisions, label, render):
   K rollouts of a real batch diverge), so no policy input repeats between rollouts and
   memoized whole-text counts never hit; per-record caches do, as in training.
   """
-  cfg = mm.ExecutorConfig()
+  cfg = mconfig.ExecutorConfig()
   base = build_state(example, count_tokens, cfg)
   cmds = script(base, example)
   x = render(base, count_tokens, allowed_ops=cfg.ops, limit=cfg.policy_input_limit,
@@ -95,7 +99,7 @@ def bench(example, count_tokens, n_decisions, label, render):
   s = base
   outcomes = []
   for text in cmds:
-    t = mm.execute(s, text, cfg, count_tokens)
+    t = mexec.execute(s, text, cfg, count_tokens)
     outcomes.append(t.accepted)
     s = t.state_after
     render(s, count_tokens, allowed_ops=cfg.ops, limit=cfg.policy_input_limit,
@@ -107,9 +111,9 @@ def bench(example, count_tokens, n_decisions, label, render):
   t0 = time.perf_counter()
   while n < n_decisions:
     rollout += 1
-    s = mm.set_task_state(base, f'all 10 paragraphs read (rollout {rollout})')
+    s = mstate.set_task_state(base, f'all 10 paragraphs read (rollout {rollout})')
     for text in cmds:
-      t = mm.execute(s, text, cfg, count_tokens)  # parses the text itself
+      t = mexec.execute(s, text, cfg, count_tokens)  # parses the text itself
       s = t.state_after
       render(s, count_tokens, allowed_ops=cfg.ops, limit=cfg.policy_input_limit,
              shares=cfg.policy_view_shares, context_budget=cfg.context_budget)
@@ -139,7 +143,7 @@ def main():
   args = p.parse_args()
   with open(os.path.join(paths.hotpotqa_dir(), 'train_sample.json')) as f:
     example = json.load(f)[args.question]
-  counters = [('whitespace', mm.count_whitespace_tokens, args.decisions)]
+  counters = [('whitespace', token_count.count_whitespace_tokens, args.decisions)]
   if args.tokenizer != 'none':
     tok = tokenization.load_tokenizer(paths.tokenizer_dir(args.tokenizer))
     # What users pass today (Tokenizer.count_tokens: memoized, declares nothing, so

@@ -57,6 +57,7 @@ import numpy as np  # noqa: E402
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
 from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import memory_plan  # noqa: E402
@@ -88,7 +89,7 @@ def _parser():
   return ap
 
 
-def non_embedding_params(cfg: qwen.QwenConfig) -> int:
+def non_embedding_params(cfg: qwen_config.QwenConfig) -> int:
   """Parameters of the decoder layers and final norm (what every token multiplies)."""
   d, f, hd = cfg.hidden_size, cfg.intermediate_size, cfg.head_dim
   n, kv = cfg.num_attention_heads, cfg.num_key_value_heads
@@ -101,13 +102,13 @@ def non_embedding_params(cfg: qwen.QwenConfig) -> int:
   return cfg.num_hidden_layers * per_layer + d
 
 
-def forward_flops(cfg: qwen.QwenConfig, tokens: int, mean_context: float) -> float:
+def forward_flops(cfg: qwen_config.QwenConfig, tokens: int, mean_context: float) -> float:
   """Model FLOPs of a forward over `tokens` tokens (no vocabulary head)."""
   attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * cfg.head_dim
   return tokens * (2 * non_embedding_params(cfg) + attn * mean_context)
 
 
-def head_flops(cfg: qwen.QwenConfig, positions: int) -> float:
+def head_flops(cfg: qwen_config.QwenConfig, positions: int) -> float:
   return 2.0 * positions * cfg.hidden_size * cfg.vocab_size
 
 
@@ -126,7 +127,7 @@ def peak_memory() -> int | None:
   return stats.get('peak_bytes_in_use')
 
 
-def plan_settings(cfg: qwen.QwenConfig, args) -> memory_plan.PlanSettings:
+def plan_settings(cfg: qwen_config.QwenConfig, args) -> memory_plan.PlanSettings:
   """The shapes this check runs, as `memory_plan.PlanSettings` on one device: the
   learner's micro-batch (--learner_batch x --length, --command_tokens, the default
   GRPO loss with θ_old's log-probs from the learner) and the greedy decode (--decode_batch
@@ -225,7 +226,7 @@ def main(argv=None):
                    attn_implementation=args.attn_implementation)
   if args.vocab_size:
     overrides['vocab_size'] = args.vocab_size
-  cfg = qwen.QwenConfig.preset(args.preset, **overrides)
+  cfg = qwen_config.QwenConfig.preset(args.preset, **overrides)
   if args.length > cfg.max_position_embeddings:
     raise SystemExit(f'--length {args.length} > max_position_embeddings')
   peak = device_peak(args)

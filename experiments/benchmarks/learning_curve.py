@@ -94,6 +94,7 @@ from experiments.configs import common  # noqa: E402
 from experiments.configs.parts import curriculum  # noqa: E402
 from vermem_jax.memory import commands as mcommands  # noqa: E402
 from vermem_jax.rl import advantages  # noqa: E402
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints  # noqa: E402
 from vermem_jax.train import internal_dev  # noqa: E402
 from vermem_jax.train import metrics as metrics_lib  # noqa: E402
@@ -644,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(f'seed {seed}: {per_seed[seed]["wall_s"]:.0f} s (runs), '
             f'{time.time() - t0:.0f} s so far', flush=True)
   except (ValueError, OSError, phase_plan.MissingPrerequisiteError,
-          workdir_lock.PhaseLockedError, checkpoints.CheckpointError) as e:
+          workdir_lock.PhaseLockedError, checkpoint_values.CheckpointError) as e:
     print(f'error: {e}', file=sys.stderr)
     return 2
   note = stand_in_note(phase_config('phase_c', args.seeds[0], args.override))

@@ -18,11 +18,11 @@ import collections
 
 from bench_common import add_out_flag, episodes_parser, quiet_bm25s, timed, write_figures
 from vermem_jax import paths
-from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.envs import task_solvers
 from vermem_jax.eval import episodes
 from vermem_jax.eval import recovery
-from vermem_jax.memory import ExecutorConfig
+from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.memory import state as mstate
 from vermem_jax.tokenization import load_tokenizer
 
@@ -36,7 +36,7 @@ def main():
   add_out_flag(parser)
   args = parser.parse_args()
   quiet_bm25s()
-  examples = hotpotqa.load_examples('json', 'validation')
+  examples = hotpotqa_sources.load_examples('json', 'validation')
   questions = episodes.select_questions(examples, args.questions, 42)
   figures = {}
   for name, budget, limit, local_ids, tok_name in SCALES:

@@ -46,9 +46,9 @@ def check_verifier_endpoint(config: ml_collections.ConfigDict) -> None:
   """
   if config.verifier.backend != 'openai_compatible':
     return
-  from vermem_jax import verifiers  # pylint: disable=g-import-not-at-top
+  from vermem_jax.verifiers import backends  # pylint: disable=g-import-not-at-top
   try:
-    verifier = verifiers.make_verifier(library.library_configs(config)['verifier'])
+    verifier = backends.make_verifier(library.library_configs(config)['verifier'])
     try:
       verifier.preflight()
     finally:

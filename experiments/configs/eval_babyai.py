@@ -9,7 +9,7 @@ Usage:
 
 Section `benchmark` holds the adapter's settings (experiments/configs/parts/
 benchmarks.py; third_party/vermem_benchmarks/babyai/README.md); `eval.num_questions`
-subsamples instances per seed; the evaluation is vermem_jax/train/eval_benchmark.py.
+subsamples instances per seed; the evaluation is vermem_jax/eval/benchmark_suite.py.
 """
 
 import pathlib

@@ -9,7 +9,7 @@ Usage:
       --config.model.hf_checkpoint=/ckpt/Qwen2.5-7B-Instruct   # the full file
 
 Fields are documented in experiments/configs/parts/paper.py (section `eval`); the
-evaluation itself in vermem_jax/train/evaluate.py.
+evaluation itself in vermem_jax/eval/evaluate.py.
 """
 
 import pathlib

@@ -68,10 +68,11 @@ from typing import Callable, Optional, Sequence
 from vermem_jax.envs import episode_types
 from vermem_jax.envs import interactive
 from vermem_jax.envs import task_solvers
-from vermem_jax.envs.episode_types import (  # noqa: F401  (re-exported)
-    SOLVER_READS, SOLVER_READS_CONTEXT, SOLVER_READS_LTM, TERMINATION_REASONS,
-    DecisionRecord, EnvConfig, EpisodeResult, EpisodeSpec, Observation, Policy,
-    PolicyOutput)
+from vermem_jax.envs.episode_types import (SOLVER_READS_CONTEXT, SOLVER_READS_LTM,
+                                           DecisionRecord, EnvConfig, EpisodeResult,
+                                           EpisodeSpec, Observation, Policy,
+                                           PolicyOutput)
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import interaction
 from vermem_jax.memory import serialization
@@ -79,7 +80,7 @@ from vermem_jax.memory import state as mstate
 
 
 def executor_config_for(spec: EpisodeSpec,
-                        base: mexec.ExecutorConfig) -> mexec.ExecutorConfig:
+                        base: mconfig.ExecutorConfig) -> mconfig.ExecutorConfig:
   """The ExecutorConfig of one episode: `base` with the spec's phase/op subspace."""
   return dataclasses.replace(base, phase=spec.phase, allowed_ops=spec.allowed_ops)
 
@@ -150,7 +151,7 @@ ENV_TASK_STATE = "acting in the environment; {steps} actions played, the latest:
 class _Live:
   """Mutable progress of one episode inside run_episodes."""
   spec: EpisodeSpec
-  config: mexec.ExecutorConfig
+  config: mconfig.ExecutorConfig
   max_decisions: int
   token_budget: Optional[int]
   state: mstate.MemoryState
@@ -183,14 +184,14 @@ class _Live:
             and self.online_tokens + int(extra) > self.token_budget)
 
 
-def _violation(kind: str, config: mexec.ExecutorConfig, message: str) -> mexec.Violation:
+def _violation(kind: str, config: mconfig.ExecutorConfig, message: str) -> mexec.Violation:
   return mexec.Violation(kind=kind, cost=config.cost(kind), message=message)
 
 
 def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
                  solver: task_solvers.TaskSolver, *,
                  count_tokens: Callable[[str], int],
-                 executor_config: mexec.ExecutorConfig = mexec.ExecutorConfig(),
+                 executor_config: mconfig.ExecutorConfig = mconfig.ExecutorConfig(),
                  env_config: EnvConfig = EnvConfig()) -> list[EpisodeResult]:
   """Runs all episodes to termination, batching policy and solver calls across them.
 

@@ -2,8 +2,7 @@
 (`EpisodeSpec`, its scheduled `Observation`s), what a policy returns (`PolicyOutput`),
 and what a finished episode holds (`DecisionRecord`, `EpisodeResult`).
 
-`vermem_jax.envs.environment` runs episodes and re-exports every name here; import them
-from there.
+`vermem_jax.envs.environment` runs episodes over these types.
 """
 
 from __future__ import annotations

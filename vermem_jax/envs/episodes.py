@@ -1,6 +1,7 @@
 """Training data of the curriculum: the SFT set and the Phase A/B/C episodes (SPEC §4).
 
-Public entry point over two packages:
+The curriculum's data over two packages (import their names from the modules that
+define them):
   - `sft_data`: the balanced SFT set (8 targets, boundary templates, seven filters,
     dedupe, optional teacher) — paper Appendix D.1–D.3.
   - `scenarios`: the phase scenario generators (initial M_0, C_0, H_0, observation
@@ -15,7 +16,7 @@ Typical use:
 
     construction, dev = episodes.load_pools()
     tok = tokenization.load_tokenizer(paths.tokenizer_dir('qwen2.5'))
-    train_sft, dev_sft, report = episodes.build_sft_set(
+    train_sft, dev_sft, report = sft_build.build_sft_set(
         construction, dev, count_tokens=tok.count_tokens)
     train_a, dev_a = episodes.build_phase_episodes(
         'A', construction, dev, count_tokens=tok.count_tokens)
@@ -26,28 +27,9 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from vermem_jax.envs import hotpotqa
-from vermem_jax.envs.environment import EpisodeSpec, Observation
-from vermem_jax.envs.scenarios.build import build_episode, build_episodes
-from vermem_jax.envs.scenarios.initial_state import validate_initial_state
-from vermem_jax.envs.scenarios.needs import needs_of
-from vermem_jax.envs.scenarios.spec import (FAMILIES, PHASES, DelayedQuery,
-                                            ScenarioConfig, ScenarioSpec, paper_counts)
-from vermem_jax.envs.scenarios.views import build_view
-from vermem_jax.envs.sft_data.build import build_sft_set
-from vermem_jax.envs.sft_data.config import SFTDataConfig
-from vermem_jax.envs.sft_data.filters import FILTER_NAMES, check_candidate, dedupe_key
-from vermem_jax.envs.sft_data.records import TARGETS, SFTBuildReport, SFTRecord
-from vermem_jax.envs.sft_data.teacher import OpenAICompatibleTeacher, TeacherError
-from vermem_jax.envs.sft_data.templates import TEMPLATES
-
-__all__ = [
-    'EpisodeSpec', 'Observation', 'FAMILIES', 'PHASES', 'DelayedQuery',
-    'ScenarioConfig', 'ScenarioSpec', 'build_episode', 'build_episodes', 'build_view',
-    'needs_of', 'paper_counts', 'validate_initial_state', 'FILTER_NAMES', 'TARGETS',
-    'TEMPLATES', 'OpenAICompatibleTeacher', 'SFTBuildReport', 'SFTDataConfig',
-    'SFTRecord', 'TeacherError', 'build_sft_set', 'check_candidate', 'dedupe_key',
-    'load_pools', 'build_phase_episodes',
-]
+from vermem_jax.envs import hotpotqa_sources
+from vermem_jax.envs.scenarios.build import build_episodes
+from vermem_jax.envs.scenarios.spec import ScenarioConfig, ScenarioSpec
 
 
 def load_pools(data_config: hotpotqa.DataConfig = hotpotqa.DataConfig(),
@@ -56,7 +38,7 @@ def load_pools(data_config: hotpotqa.DataConfig = hotpotqa.DataConfig(),
 
   Raises whatever `hotpotqa.load_from_config` raises (missing file, malformed row).
   """
-  examples = hotpotqa.load_from_config(data_config, hotpotqa.TRAIN)
+  examples = hotpotqa_sources.load_from_config(data_config, hotpotqa.TRAIN)
   return hotpotqa.split_train_pools(examples, dev_fraction=data_config.dev_fraction,
                                     seed=data_config.split_seed)
 

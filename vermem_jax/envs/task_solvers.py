@@ -31,11 +31,15 @@ import dataclasses
 import re
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence
 
+import jax
 import numpy as np
 
 from vermem_jax import config_util
+from vermem_jax import http_chat
+from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import checks
 from vermem_jax.memory import serialization
+from vermem_jax.models import sampling
 
 ANSWER = "answer"
 CONTINUE = "continue"
@@ -242,15 +246,12 @@ class LLMTaskSolver(TaskSolver):
                generate_fn: Callable[..., Any] | None = None,
                messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
                parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
-    import jax  # pylint: disable=import-outside-toplevel
-    if generate_fn is None:
-      from vermem_jax.models import generate as generate_fn  # pylint: disable=import-outside-toplevel
     self.tokenizer = tokenizer
     self.model_config = model_config
     self.params = params
     self.config = config
     self._rng = rng if rng is not None else jax.random.PRNGKey(0)
-    self._generate = generate_fn
+    self._generate = generate_fn or sampling.generate
     self._stop_ids = tuple(tokenizer.stop_token_ids)
     self._messages = messages_fn or solver_messages
     self._parse = parse_fn or parse_solver_reply
@@ -258,7 +259,6 @@ class LLMTaskSolver(TaskSolver):
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     if not inputs:
       return []
-    import jax  # pylint: disable=import-outside-toplevel
     prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
         self._messages(inp), add_generation_prompt=True)) for inp in inputs]
     self._rng, key = jax.random.split(self._rng)
@@ -306,7 +306,6 @@ class _LazyUnitTexts(collections.abc.Mapping):
 
   def _get(self) -> dict[str, tuple[str, str]]:
     if self._texts is None:
-      from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
       self._texts = {u.id: (u.title, u.text)
                      for u in hotpotqa.evidence_units(self._example)}
     return self._texts
@@ -376,7 +375,6 @@ class OracleEvidenceReader(TaskSolver):
                     tokenizer: _ChatTokenizer | None = None) -> "OracleEvidenceReader":
     """Labels from `hotpotqa.Example`s (reference answer, supporting unit ids, unit
     texts). The episode's stale texts arrive with each SolverInput."""
-    from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
     labels = {ex.id: OracleLabels(ex.answer, frozenset(hotpotqa.supporting_unit_ids(ex)),
                                   _LazyUnitTexts(ex))
               for ex in examples}
@@ -472,7 +470,6 @@ class OpenAICompatibleTaskSolver(TaskSolver):
     self._parse = parse_fn or parse_solver_reply
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
-    from vermem_jax import http_chat  # pylint: disable=import-outside-toplevel
     if not inputs:
       return []
     replies = self.client.complete_many(

@@ -20,18 +20,29 @@ Records are shuffled on disk by TFDS; each carries its position in the source fi
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Mapping
 
-from etils import epath
 import numpy as np
-import tensorflow_datasets as tfds
 
 from vermem_jax.envs import hotpotqa
 
 DATASET_NAME = "vermem_hotpotqa"
 FILE_FORMAT = "array_record"
 _TFDS_SPLIT = {hotpotqa.TRAIN: "train", hotpotqa.VALIDATION: "validation"}
+
+
+def _tfds():
+  """`tensorflow_datasets`, imported on first use: it is the optional `tfds` extra and
+  slow to import, and only the tfds source needs it."""
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ImportError("source='tfds' needs the optional tfds extra "
+                      "(pip install -e '.[tfds]'); use source='json' otherwise "
+                      f"({e})") from e
+  return tfds
 
 
 def _source_files(manual_dir: str) -> dict[str, str]:
@@ -50,60 +61,75 @@ def _fingerprint(files: Mapping[str, str]) -> dict[str, str]:
           for split, p in sorted(files.items())}
 
 
-class VermemHotpotqa(tfds.core.GeneratorBasedBuilder):
-  """HotpotQA (distractor setting) from local official-format JSON files."""
+@functools.cache
+def builder_class() -> type:
+  """The TFDS builder class `VermemHotpotqa` (defined once, on first use).
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "Official HotpotQA layout, flat features, array_record."}
-  MANUAL_DOWNLOAD_INSTRUCTIONS = (
-      "Place hotpot_train_v1.1.json and/or hotpot_dev_distractor_v1.json (from "
-      "https://hotpotqa.github.io/) or the samples train_sample.json / "
-      "dev_distractor_sample.json in the manual dir.")
+  It subclasses `tfds.core.GeneratorBasedBuilder`, so defining it imports
+  `tensorflow_datasets`; that happens here, not when this module is imported.
 
-  # TFDS 4.9 locates a builder's source through `importlib_resources` (an undeclared
-  # dependency) for classes inside packages; this file is its own code path.
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> epath.Path:
-    return epath.Path(__file__)
+  Raises:
+    ImportError: the optional `tfds` extra is not installed (the message says so).
+  """
+  tfds = _tfds()
+  from etils import epath  # pylint: disable=import-outside-toplevel  (comes with tfds)
 
-  def _info(self) -> tfds.core.DatasetInfo:
-    text = tfds.features.Text()
-    return tfds.core.DatasetInfo(
-        builder=self,
-        description="HotpotQA distractor-setting questions in the official layout.",
-        features=tfds.features.FeaturesDict({
-            "index": np.int64,  # Position in the source file (restores file order).
-            "id": text,
-            "question": text,
-            "answer": text,
-            "type": text,
-            "level": text,
-            "supporting_facts_title": tfds.features.Sequence(text),
-            "supporting_facts_sent_id": tfds.features.Sequence(np.int64),
-            "context_title": tfds.features.Sequence(text),
-            "context_num_sentences": tfds.features.Sequence(np.int64),
-            "context_sentences": tfds.features.Sequence(text),
-        }),
-        supervised_keys=None,
-        homepage="https://hotpotqa.github.io/",
-        metadata=tfds.core.MetadataDict(),
-    )
+  class VermemHotpotqa(tfds.core.GeneratorBasedBuilder):
+    """HotpotQA (distractor setting) from local official-format JSON files."""
 
-  def _split_generators(self, dl_manager):
-    files = _source_files(os.fspath(dl_manager.manual_dir))
-    if not files:
-      raise FileNotFoundError(
-          f"no HotpotQA JSON files in manual dir {dl_manager.manual_dir}. "
-          + self.MANUAL_DOWNLOAD_INSTRUCTIONS)
-    self.info.metadata["source_files"] = _fingerprint(files)
-    return {_TFDS_SPLIT[s]: self._generate_examples(p) for s, p in files.items()}
+    VERSION = tfds.core.Version("1.0.0")
+    RELEASE_NOTES = {"1.0.0": "Official HotpotQA layout, flat features, array_record."}
+    MANUAL_DOWNLOAD_INSTRUCTIONS = (
+        "Place hotpot_train_v1.1.json and/or hotpot_dev_distractor_v1.json (from "
+        "https://hotpotqa.github.io/) or the samples train_sample.json / "
+        "dev_distractor_sample.json in the manual dir.")
 
-  def _generate_examples(self, path: str):
-    for i, row in enumerate(hotpotqa.read_json_rows(path)):
-      # Validate through the same code as the JSON source so bad rows fail identically.
-      ex = hotpotqa.example_from_json_row(row)
-      yield i, example_to_features(ex, i)
+    # TFDS 4.9 locates a builder's source through `importlib_resources` (an undeclared
+    # dependency) for classes inside packages; this file is its own code path.
+    @tfds.core.utils.classproperty
+    @classmethod
+    def code_path(cls) -> epath.Path:
+      return epath.Path(__file__)
+
+    def _info(self) -> tfds.core.DatasetInfo:
+      text = tfds.features.Text()
+      return tfds.core.DatasetInfo(
+          builder=self,
+          description="HotpotQA distractor-setting questions in the official layout.",
+          features=tfds.features.FeaturesDict({
+              "index": np.int64,  # Position in the source file (restores file order).
+              "id": text,
+              "question": text,
+              "answer": text,
+              "type": text,
+              "level": text,
+              "supporting_facts_title": tfds.features.Sequence(text),
+              "supporting_facts_sent_id": tfds.features.Sequence(np.int64),
+              "context_title": tfds.features.Sequence(text),
+              "context_num_sentences": tfds.features.Sequence(np.int64),
+              "context_sentences": tfds.features.Sequence(text),
+          }),
+          supervised_keys=None,
+          homepage="https://hotpotqa.github.io/",
+          metadata=tfds.core.MetadataDict(),
+      )
+
+    def _split_generators(self, dl_manager):
+      files = _source_files(os.fspath(dl_manager.manual_dir))
+      if not files:
+        raise FileNotFoundError(
+            f"no HotpotQA JSON files in manual dir {dl_manager.manual_dir}. "
+            + self.MANUAL_DOWNLOAD_INSTRUCTIONS)
+      self.info.metadata["source_files"] = _fingerprint(files)
+      return {_TFDS_SPLIT[s]: self._generate_examples(p) for s, p in files.items()}
+
+    def _generate_examples(self, path: str):
+      for i, row in enumerate(hotpotqa.read_json_rows(path)):
+        # Validate through the same code as the JSON source so bad rows fail identically.
+        ex = hotpotqa.example_from_json_row(row)
+        yield i, example_to_features(ex, i)
+
+  return VermemHotpotqa
 
 
 def example_to_features(ex: hotpotqa.Example, index: int) -> dict[str, Any]:
@@ -156,16 +182,17 @@ def example_from_features(record: Mapping[str, Any]) -> hotpotqa.Example:
       context=tuple(paragraphs))
 
 
-def prepare(manual_dir: str, tfds_data_dir: str | None = None) -> VermemHotpotqa:
-  """Builds (once) the array_record dataset from `manual_dir`; returns the builder.
+def prepare(manual_dir: str, tfds_data_dir: str | None = None) -> Any:
+  """Builds (once) the array_record dataset from `manual_dir`; returns the builder
+  (a `builder_class()` instance).
 
   Raises:
     ValueError: the prepared data in `tfds_data_dir` came from other source files.
     FileNotFoundError: no split file in `manual_dir`.
   """
-  builder = VermemHotpotqa(data_dir=tfds_data_dir, file_format=FILE_FORMAT)
+  builder = builder_class()(data_dir=tfds_data_dir, file_format=FILE_FORMAT)
   builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(manual_dir=manual_dir))
+      download_config=_tfds().download.DownloadConfig(manual_dir=manual_dir))
   built_from = dict(builder.info.metadata.get("source_files", {}))
   current = _fingerprint(_source_files(manual_dir))
   if built_from != current:
@@ -186,7 +213,7 @@ def load(split: str, *, manual_dir: str,
   tfds_split = _TFDS_SPLIT[split]
   if tfds_split not in builder.info.splits:
     raise FileNotFoundError(f"no HotpotQA {split} file was in manual dir {manual_dir}")
-  source = tfds.data_source(DATASET_NAME, split=tfds_split,
+  source = _tfds().data_source(DATASET_NAME, split=tfds_split,
                             data_dir=builder.data_dir_root)
   records = [source[i] for i in range(len(source))]
   records.sort(key=lambda r: int(r["index"]))

@@ -1,7 +1,6 @@
 """vermem_jax.eval: held-out evaluation (SPEC §7; paper Appendix C).
 
 Modules:
-  hotpotqa_metrics  normalize_answer, exact_match, f1_score (official HotpotQA script).
   episodes          HotpotQA validation episodes, the Base baseline, the batched run.
   bench_episodes    memory episodes on ALFWorld / ScienceWorld / PDDL / BabyAI
                     (an InteractiveEnv per episode, the same batched loop).
@@ -14,8 +13,13 @@ Modules:
   table2            Table 2 over the five benchmarks (mean ± std, Average) and the
                     macro-SR efficiency frontier (TN@S*, SR@B*, PNG).
   paper_tables      a sweep's Table-2 / Table-5 style tables (rows = methods).
+  policies          which policies an evaluation runs (Base, phase checkpoints, outside
+                    checkpoints) and how each is loaded; one workdir per seed.
+  benchmark_suite   the interactive benchmarks' test instances as an evaluation suite.
+  evaluate          run_evaluation: every policy on one suite for every seed, then
+                    the files (episodes.jsonl, results.md/.csv/.json, PNGs).
 
-The driver that loads checkpoints and writes an evaluation's files is
-`vermem_jax.train.evaluate` (it sits above the trainers' checkpoint code), with
-`vermem_jax.train.eval_benchmark` for the interactive benchmarks.
+The answer metrics (EM, F1, supporting-fact recall) that training's rewards share
+live below both, in `vermem_jax.envs.answer_metrics`. `evaluate` and `policies` load
+trained checkpoints, so this package sits above `train` in the import order.
 """

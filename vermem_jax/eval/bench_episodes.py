@@ -28,9 +28,10 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import interactive
 from vermem_jax.envs import task_solvers
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import state as mstate
 
 # The memory policy's instruction on the benchmarks (our wording; the same framing as
@@ -45,7 +46,7 @@ def build_env_episode(env: interactive.InteractiveEnv, *,
                       count_tokens: Callable[[str], int], context_budget: int,
                       max_decisions: int, base: bool = False,
                       token_budget: Optional[int] = None, phase: str = 'C',
-                      episode_id: Optional[str] = None) -> environment.EpisodeSpec:
+                      episode_id: Optional[str] = None) -> episode_types.EpisodeSpec:
   """Resets `env` and returns the evaluation episode of its instance (module
   docstring).
 
@@ -81,20 +82,20 @@ def build_env_episode(env: interactive.InteractiveEnv, *,
     state, item_id = mstate.add_context(state, mstate.OBSERVATION, first.observation,
                                         count_tokens)
     state = state.evolve(env_item_id=item_id)
-  return environment.EpisodeSpec(
+  return episode_types.EpisodeSpec(
       episode_id=episode_id or env.instance_id, example=None, initial_state=state,
       phase=phase, max_decisions=int(max_decisions), token_budget=token_budget,
       family=f'{env.benchmark}_test', answer_from=0,
-      answer_context=environment.SOLVER_READS_CONTEXT,
+      answer_context=episode_types.SOLVER_READS_CONTEXT,
       evict_oldest_observations=bool(base), env=env)
 
 
 def run_instances(bench: interactive.Benchmark, bench_config: Any,
-                  instances: Sequence[Any], policy: environment.Policy,
+                  instances: Sequence[Any], policy: episode_types.Policy,
                   solver: task_solvers.TaskSolver, *, count_tokens: Callable[[str], int],
-                  executor_config: mexec.ExecutorConfig, max_decisions: int,
+                  executor_config: mconfig.ExecutorConfig, max_decisions: int,
                   base: bool = False, token_budget: Optional[int] = None,
-                  phase: str = 'C') -> list[environment.EpisodeResult]:
+                  phase: str = 'C') -> list[episode_types.EpisodeResult]:
   """Runs one episode per instance, all advancing together, and closes their envs.
 
   Args:
@@ -120,7 +121,7 @@ def run_instances(bench: interactive.Benchmark, bench_config: Any,
     return environment.run_episodes(
         specs, policy, solver, count_tokens=count_tokens,
         executor_config=executor_config,
-        env_config=environment.EnvConfig(rollout_limit=max_decisions))
+        env_config=episode_types.EnvConfig(rollout_limit=max_decisions))
   finally:
     for env in envs:
       env.close()

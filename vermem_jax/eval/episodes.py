@@ -43,17 +43,18 @@ loop, the records (`eval.metrics`) and the frontier (`eval.frontier`) are shared
 from __future__ import annotations
 
 import html
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
 from vermem_jax.envs import documents
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.scenarios import initial_state as scenario_states
 from vermem_jax.envs import task_solvers
 from vermem_jax.memory import commands as mcommands
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import interaction
 from vermem_jax.memory import state as mstate
 
@@ -98,7 +99,7 @@ def _distinct_passages(example):
 
 
 def passage_observations(example: hotpotqa.Example, *, count_tokens: Callable[[str], int],
-                         chunk_tokens: int) -> list[environment.Observation]:
+                         chunk_tokens: int) -> list[episode_types.Observation]:
   """The observations that reveal `example`'s passages, in order (`envs.documents`):
   a passage of at most `chunk_tokens` tokens is one observation, a longer one its
   sentence chunks; each names its evidence units and says which passage (and part)
@@ -117,16 +118,16 @@ def passage_observations(example: hotpotqa.Example, *, count_tokens: Callable[[s
     for j, g in enumerate(groups, 1):
       state = (TASK_STATE_PROGRESS.format(k=k, n=n) if len(groups) == 1 else
                TASK_STATE_PART.format(k=k, n=n, j=j, m=len(groups)))
-      out.append(environment.Observation(
+      out.append(episode_types.Observation(
           text=documents.chunk_text(title, [sentences[i] for i in g]),
           source_refs=tuple(refs[i] for i in g), task_state=state))
   return out
 
 
 def build_episode(example: hotpotqa.Example, *, count_tokens: Callable[[str], int],
-                  executor_config: mexec.ExecutorConfig, base: bool = False,
+                  executor_config: mconfig.ExecutorConfig, base: bool = False,
                   token_budget: Optional[int] = None, phase: str = 'C',
-                  episode_id: Optional[str] = None) -> environment.EpisodeSpec:
+                  episode_id: Optional[str] = None) -> episode_types.EpisodeSpec:
   """The evaluation episode of one validation question (module docstring).
 
   Args:
@@ -159,18 +160,24 @@ def build_episode(example: hotpotqa.Example, *, count_tokens: Callable[[str], in
                                  observation_refs=first.source_refs, step=0,
                                  evict_oldest=base)
   state = mstate.set_task_state(state, first.task_state)
-  return environment.EpisodeSpec(
+  return episode_types.EpisodeSpec(
       episode_id=episode_id or example.id, example=example, initial_state=state,
       observations=tuple(obs[1:]), phase=phase, max_decisions=len(obs),
       token_budget=token_budget, family='hotpotqa_validation', answer_from=0,
-      answer_context=environment.SOLVER_READS_CONTEXT,
+      answer_context=episode_types.SOLVER_READS_CONTEXT,
       evict_oldest_observations=bool(base))
 
 
-def base_policy(inputs: Sequence[str]) -> list[environment.PolicyOutput]:
+def base_policy(inputs: Sequence[str]) -> list[episode_types.PolicyOutput]:
   """Base (paper C.4): no memory policy. Every decision is ∅ and no model is called,
   so it costs no tokens; x_t is still rendered by the loop but never read."""
-  return [environment.PolicyOutput(mcommands.NULL_SYMBOL, 0, 0) for _ in inputs]
+  return [episode_types.PolicyOutput(mcommands.NULL_SYMBOL, 0, 0) for _ in inputs]
+
+
+def chunks(items: Sequence[Any], batch_size: int) -> list[Sequence[Any]]:
+  """`items` in consecutive chunks of `batch_size` (0 = one chunk of all)."""
+  step = int(batch_size) or max(len(items), 1)
+  return [items[i:i + step] for i in range(0, len(items), step)]
 
 
 def select_questions(examples: Sequence[hotpotqa.Example], num_questions: Optional[int],
@@ -201,9 +208,9 @@ def check_greedy(temperature: float, top_p: float, what: str) -> None:
                      f'got temperature={temperature}, top_p={top_p}')
 
 
-def run(specs: Sequence[environment.EpisodeSpec], policy: environment.Policy,
+def run(specs: Sequence[episode_types.EpisodeSpec], policy: episode_types.Policy,
         solver: task_solvers.TaskSolver, *, count_tokens: Callable[[str], int],
-        executor_config: mexec.ExecutorConfig) -> list[environment.EpisodeResult]:
+        executor_config: mconfig.ExecutorConfig) -> list[episode_types.EpisodeResult]:
   """Runs evaluation episodes together: one batched policy call and one batched solver
   call per step across the live episodes (`environment.run_episodes`).
 
@@ -220,5 +227,5 @@ def run(specs: Sequence[environment.EpisodeSpec], policy: environment.Policy,
   """
   return environment.run_episodes(
       specs, policy, solver, count_tokens=count_tokens, executor_config=executor_config,
-      env_config=environment.EnvConfig(rollout_limit=max(
+      env_config=episode_types.EnvConfig(rollout_limit=max(
           [s.max_decisions or 1 for s in specs] + [1]), token_budget=None))

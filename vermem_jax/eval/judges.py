@@ -40,6 +40,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from vermem_jax import config_util
 from vermem_jax import http_chat
+from vermem_jax import tokenization
+from vermem_jax.envs import hotpotqa
+from vermem_jax.verifiers import local_model
 
 _LOG = logging.getLogger(__name__)
 
@@ -309,8 +312,6 @@ def make_judge(config: JudgeConfig, *, tokenizer: Any = None, model_config: Any 
     return Judge(config, lambda convs: client.complete_many(
         convs, max_tokens=config.max_new_tokens, temperature=config.temperature),
                  close=client.close)
-  from vermem_jax import tokenization  # pylint: disable=import-outside-toplevel
-  from vermem_jax.verifiers import local_model  # pylint: disable=import-outside-toplevel
   if (model_config is None) != (params is None):
     raise ValueError('make_judge: pass both model_config and params, or neither')
   if model_config is None:
@@ -338,7 +339,6 @@ def judge_records(records: Sequence[dict], examples: Mapping[str, Any], judge: J
     memory: judge MQ. False for a policy without long-term memory (Base, paper C.4):
       `mq` stays None and is reported as "—", not as the score of an empty memory.
   """
-  from vermem_jax.envs import hotpotqa  # pylint: disable=import-outside-toplevel
   answer_convs, answer_idx, memory_convs = [], [], []
   for i, r in enumerate(records):
     ex = examples[r['question_id']]

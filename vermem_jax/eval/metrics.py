@@ -7,7 +7,7 @@ dict (one JSONL line) that keeps everything a figure needs:
   policy, seed, budget (the hard online-token budget, None = none),
   answer (the solver's final answer or None), reference (the label, for scoring only),
   terminated_by;
-  em, f1          official HotpotQA normalization (eval.hotpotqa_metrics); None on
+  em, f1          official HotpotQA normalization (envs.answer_metrics); None on
                   the interactive benchmarks;
   j_judge, mq     answer / memory-quality judge scores in [0, 1], None when no judge
                   ran (filled by `eval.judges`; never replaced by another number);
@@ -50,9 +50,8 @@ import collections
 import math
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
-from vermem_jax.envs import environment
-from vermem_jax.envs import hotpotqa
-from vermem_jax.eval import hotpotqa_metrics
+from vermem_jax.envs import answer_metrics
+from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands
 
 # Success rules for HotpotQA episodes (config `eval.success_rule`).
@@ -74,22 +73,7 @@ RECOVERY_PREFIX = 'recovery_'
 UNPARSEABLE = 'Unparseable'
 
 
-def solver_seen_evidence(result: environment.EpisodeResult) -> frozenset[str]:
-  """Evidence units behind what the solver read at its last call (empty if never)."""
-  for d in reversed(result.decisions):
-    if d.solver_called:
-      return environment.context_evidence(d.state_after_memory,
-                                          result.spec.answer_context)
-  return frozenset()
-
-
-def supporting_fact_recall(seen: Iterable[str], example: hotpotqa.Example) -> float:
-  """|gold ∩ seen| / |gold| over evidence-unit ids; 0.0 without gold units."""
-  gold = set(hotpotqa.supporting_unit_ids(example))
-  return len(gold & set(seen)) / len(gold) if gold else 0.0
-
-
-def decision_kind(d: environment.DecisionRecord) -> str:
+def decision_kind(d: episode_types.DecisionRecord) -> str:
   """The op-mix name of one decision: its tool when it is a tool call (executed or
   rejected), 'Null' for an accepted ∅, `UNPARSEABLE` for text that is not a command."""
   if d.is_tool_call or (d.op == commands.NULL and d.accepted):
@@ -97,7 +81,7 @@ def decision_kind(d: environment.DecisionRecord) -> str:
   return UNPARSEABLE
 
 
-def decision_row(d: environment.DecisionRecord) -> dict[str, Any]:
+def decision_row(d: episode_types.DecisionRecord) -> dict[str, Any]:
   """One decision of the JSONL record (tokens of both calls of step t)."""
   b = d.solver_output
   row = {'step': d.step, 'command': d.command, 'op': d.op, 'accepted': d.accepted,
@@ -113,7 +97,7 @@ def decision_row(d: environment.DecisionRecord) -> dict[str, Any]:
   return row
 
 
-def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
+def episode_record(result: episode_types.EpisodeResult, *, policy: str, seed: int,
                    budget: Optional[int] = None) -> dict[str, Any]:
   """The JSON record of one evaluation episode (module docstring). HotpotQA:
   `success` is set to EM = 1 here and replaced by `apply_success_rule` once judges
@@ -122,10 +106,11 @@ def episode_record(result: environment.EpisodeResult, *, policy: str, seed: int,
   ex = result.spec.example
   answer = result.final_answer
   if ex is not None:
-    em = hotpotqa_metrics.exact_match(answer, ex.answer) if answer is not None else 0.0
-    f1 = hotpotqa_metrics.f1_score(answer, ex.answer) if answer is not None else 0.0
+    em = answer_metrics.exact_match(answer, ex.answer) if answer is not None else 0.0
+    f1 = answer_metrics.f1_score(answer, ex.answer) if answer is not None else 0.0
     task = {'question_id': ex.id, 'reference': ex.answer, 'em': em, 'f1': f1,
-            'sf_recall': supporting_fact_recall(solver_seen_evidence(result), ex),
+            'sf_recall': answer_metrics.supporting_fact_recall(
+                answer_metrics.solver_seen_evidence(result), ex),
             'success': em == 1.0}
   else:
     env = result.spec.env

@@ -24,8 +24,10 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import commands as mcommands
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
 from vermem_jax.memory import state as mstate
@@ -42,7 +44,7 @@ def h_only_observations(state: mstate.MemoryState) -> list[mstate.HistoryEvent]:
 
 
 def restore_accepted(state: mstate.MemoryState, event_id: str,
-                     config: mexec.ExecutorConfig,
+                     config: mconfig.ExecutorConfig,
                      count_tokens: Callable[[str], int]) -> bool:
   """Whether T_m accepts SelectEpisode(selected_refs=[event_id]) on `state` (the
   executor's own checks: op allowed, id, already in C, budget)."""
@@ -56,9 +58,9 @@ def _shown(event: mstate.HistoryEvent, state: mstate.MemoryState, x: str) -> boo
           or f'[{serialization.ref(local)} ' in x)
 
 
-def recovery_counts(result: environment.EpisodeResult,
+def recovery_counts(result: episode_types.EpisodeResult,
                     count_tokens: Callable[[str], int],
-                    executor_config: mexec.ExecutorConfig,
+                    executor_config: mconfig.ExecutorConfig,
                     gold_units: Optional[frozenset] = None) -> dict[str, int]:
   """The module docstring's counts for one finished episode.
 

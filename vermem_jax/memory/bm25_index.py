@@ -7,10 +7,12 @@ successive Retrieves without an LTM change, reuse it; each cached index also mem
 the ranking of the last `_QUERY_MEMO_SIZE` distinct query term sequences (K rollouts of
 one state often issue the same Retrieve).
 
-`memory` must not import JAX, but `bm25s.selection` imports `jax.lax` (and runs a
-`top_k` on it) at import time when JAX is installed. `_bm25s()` therefore imports bm25s
-lazily, with `jax` masked in `sys.modules` unless the process already imported JAX, so
-bm25s falls back to its NumPy backend; we only use `BM25.index` / `get_scores`.
+No module of `memory` imports JAX. bm25s does: `bm25s.selection` imports `jax.lax` (and
+runs a `top_k` on it) when JAX is installed, for a top-k this module never calls (it
+uses `BM25.index` / `get_scores`, NumPy either way). `_bm25s()` therefore imports bm25s
+at the first use (a Retrieve, or `tokenize`) rather than with the package: a process
+that never ranks or tokenizes loads no JAX, and one that does loads it through bm25s
+(the trainers have it loaded already).
 
 Tokenization (documents and query): casefolded `\\w+` runs minus bm25s's English stop
 words. Ties are broken by entry order in M (older entry first), so results are
@@ -22,7 +24,6 @@ import collections
 import functools
 import logging
 import re
-import sys
 
 _WORD = re.compile(r'\w+')
 _CACHE_SIZE = 512
@@ -32,33 +33,11 @@ _cache = collections.OrderedDict()
 
 @functools.lru_cache(maxsize=1)
 def _bm25s():
-  bm25s = _import_bm25s()
+  import bm25s  # pylint: disable=import-outside-toplevel  (imports jax.lax; docstring)
   # bm25s sets its logger to DEBUG on import and logs every index build; one Retrieve
   # is one build, so a rollout would flood the log.
   logging.getLogger('bm25s').setLevel(logging.WARNING)
   return bm25s
-
-
-def _import_bm25s():
-  if 'jax' in sys.modules:
-    import bm25s  # pylint: disable=import-outside-toplevel
-    return bm25s
-  masked = ('jax', 'jax.lax')
-  saved = {name: sys.modules.get(name, _MISSING) for name in masked}
-  try:
-    for name in masked:
-      sys.modules[name] = None  # makes `import jax.lax` raise ImportError
-    import bm25s  # pylint: disable=import-outside-toplevel
-  finally:
-    for name, mod in saved.items():
-      if mod is _MISSING:
-        sys.modules.pop(name, None)
-      else:
-        sys.modules[name] = mod
-  return bm25s
-
-
-_MISSING = object()
 
 
 @functools.lru_cache(maxsize=1)

@@ -76,7 +76,6 @@ from vermem_jax.memory import checks
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import op_handlers
 from vermem_jax.memory import state as st
-from vermem_jax.memory.config import ExecutorConfig  # noqa: F401  pylint: disable=unused-import
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,10 +39,10 @@ import safetensors
 from safetensors import safe_open
 import safetensors.numpy
 
-from vermem_jax.models import qwen as qwen_lib
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sharding as sharding_lib
 
-QwenConfig = qwen_lib.QwenConfig
+QwenConfig = qwen_config.QwenConfig
 
 SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

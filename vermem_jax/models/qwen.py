@@ -9,8 +9,8 @@ Qwen2/2.5 and a per-head RMSNorm on q and k (before RoPE) for Qwen3.
 
 Modules: qwen_config.py (QwenConfig, presets), layers.py (Dense, RMSNorm, Embed, RoPE,
 vocab head, parameter logical axes), attention.py (self-attention), kv_cache.py (cache
-and positions), and this file (decoder layers, the model, parameter helpers); the names
-callers use are all re-exported here (`qwen.QwenConfig`, `qwen.init_cache`, ...).
+and positions), and this file (decoder layers, the model, parameter helpers); import
+each name from the module that defines it.
 
 Numerics: matmuls take `config.dtype` inputs and accumulate in float32
 (`preferred_element_type=float32`); RMSNorm, RoPE angles and the attention softmax are
@@ -50,12 +50,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-# Re-exported: callers use `qwen.QwenConfig`, `qwen.init_cache`, ... as one namespace.
-from vermem_jax.models.attention import Attention, AttentionMask  # noqa: F401
-from vermem_jax.models.kv_cache import default_positions, init_cache  # noqa: F401
-from vermem_jax.models.layers import (  # noqa: F401
-    PARAM_LOGICAL_AXES, Dense, Embed, RMSNorm, apply_rope, project_vocab)
-from vermem_jax.models.qwen_config import PRESETS, QwenConfig  # noqa: F401
+from vermem_jax.models.attention import Attention, AttentionMask
+from vermem_jax.models.kv_cache import default_positions
+from vermem_jax.models.layers import (PARAM_LOGICAL_AXES, Dense, Embed, RMSNorm,
+                                      project_vocab)
+from vermem_jax.models.qwen_config import QwenConfig
 
 Array = jax.Array
 

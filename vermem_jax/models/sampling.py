@@ -64,7 +64,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vermem_jax.models import kv_cache
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 
 # Smallest prompt bucket (tokens); buckets are powers of two above it, so a run sees
 # at most log2(max prompt / 32) + 1 prompt shapes.
@@ -273,7 +275,7 @@ def _prefill(model, params, tokens, mask, num_slots, config):
   variables = {'params': params}
 
   def run(tok, msk):
-    cache = qwen.init_cache(config, tok.shape[0], num_slots)
+    cache = kv_cache.init_cache(config, tok.shape[0], num_slots)
     hidden, cache = model.apply(variables, tok, attention_mask=msk, cache=cache,
                                 return_hidden=True)
     return qwen.lm_head_logits(config, params, hidden[:, -1]), cache
@@ -291,7 +293,7 @@ def _prefill(model, params, tokens, mask, num_slots, config):
   return merge(logits), cache
 
 
-def decode_step(config: qwen.QwenConfig, params: Any, cache: dict, prev: jax.Array,
+def decode_step(config: qwen_config.QwenConfig, params: Any, cache: dict, prev: jax.Array,
                 done: jax.Array, rng: jax.Array, temperature: jax.Array,
                 top_p: jax.Array, *, do_sample: bool
                 ) -> tuple[jax.Array, jax.Array, dict]:
@@ -318,7 +320,7 @@ def decode_step(config: qwen.QwenConfig, params: Any, cache: dict, prev: jax.Arr
 @functools.partial(jax.jit,
                    static_argnames=('config', 'max_new_tokens', 'do_sample'))
 def _generate_jit(params, tokens, mask, row_source, rng, temperature, top_p, stop_ids,
-                  pad_id, *, config: qwen.QwenConfig, max_new_tokens: int,
+                  pad_id, *, config: qwen_config.QwenConfig, max_new_tokens: int,
                   do_sample: bool):
   # tokens / mask: [U, P] prompts to prefill; row_source: None (U = B rows) or [B]
   # int32, the prefilled row each output row continues from (module docstring).
@@ -379,7 +381,7 @@ def prefill_counts() -> dict:
   return {k: _PREFILL[k] for k in ('calls', 'rows', 'prefilled')}
 
 
-def generate(config: qwen.QwenConfig, params: Any,
+def generate(config: qwen_config.QwenConfig, params: Any,
              prompts: Sequence[Sequence[int]] | np.ndarray, *, rng: Any,
              max_new_tokens: int, temperature: float = 0.0, top_p: float = 1.0,
              stop_token_ids: Sequence[int] = (), pad_token_id: int = 0,
@@ -481,7 +483,7 @@ def _abstract(shape, dtype, sharding=None) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
 
 
-def lower_generate(config: qwen.QwenConfig, params: Any, *, batch: int,
+def lower_generate(config: qwen_config.QwenConfig, params: Any, *, batch: int,
                    prefill_rows: int, prompt_len: int, max_new_tokens: int,
                    do_sample: bool, input_sharding: Any = None,
                    stop_bucket: int = MIN_STOP_BUCKET) -> jax.stages.Lowered:
@@ -518,7 +520,7 @@ def lower_generate(config: qwen.QwenConfig, params: Any, *, batch: int,
       max_new_tokens=int(max_new_tokens), do_sample=do_sample)
 
 
-def lower_decode_step(config: qwen.QwenConfig, params: Any, *, batch: int,
+def lower_decode_step(config: qwen_config.QwenConfig, params: Any, *, batch: int,
                       num_slots: int, do_sample: bool,
                       sharding_for: Any = None) -> jax.stages.Lowered:
   """`decode_step` on B rows and a cache of `num_slots` slots, lowered with abstract
@@ -530,7 +532,7 @@ def lower_decode_step(config: qwen.QwenConfig, params: Any, *, batch: int,
   rep = lambda shape, dtype: _abstract(shape, dtype, None if sharding_for is None
                                        else sharding_for(shape))
   cache = jax.tree.map(lambda x: rep(x.shape, x.dtype), jax.eval_shape(
-      functools.partial(qwen.init_cache, config, batch, num_slots)))
+      functools.partial(kv_cache.init_cache, config, batch, num_slots)))
   step = jax.jit(decode_step, static_argnames=('config', 'do_sample'))
   return step.lower(config, params, cache, rep((batch,), jnp.int32),
                     rep((batch,), jnp.bool_),

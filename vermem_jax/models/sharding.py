@@ -32,6 +32,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 
@@ -100,7 +101,7 @@ def logical_to_sharding(logical_axes: Any, shapes: Any, mesh: Mesh,
                       is_leaf=lambda x: isinstance(x, tuple))
 
 
-def param_shardings(config: qwen.QwenConfig, mesh: Mesh, rules=DEFAULT_RULES) -> Any:
+def param_shardings(config: qwen_config.QwenConfig, mesh: Mesh, rules=DEFAULT_RULES) -> Any:
   """NamedSharding for every parameter of `Qwen(config)`, from an abstract init.
 
   Nothing is allocated: shapes come from `jax.eval_shape`. Returns a tree with the

@@ -78,8 +78,7 @@ with 'none'):
   between rollouts and an executable command may sit at A^local = -5 in a rollout whose
   trajectory term is lower than the rejected one's.
 
-The running statistics themselves are rl/running_stats.py (`RunningStats`, re-exported
-here). Pure NumPy (float64), no JAX: this runs once per update on host.
+The running statistics themselves are rl/running_stats.py (`RunningStats`). Pure NumPy (float64), no JAX: this runs once per update on host.
 """
 from __future__ import annotations
 
@@ -97,7 +96,7 @@ ALL_OPS = commands.ALL_OPS
 # Op recorded for unparseable text; allowed only on rejected decisions.
 INVALID_OP = commands.INVALID_OP
 
-# Phase running statistics of r^local per type (rl/running_stats.py), re-exported.
+# Phase running statistics of r^local per type (rl/running_stats.py).
 RunningStats = running_stats_lib.RunningStats
 _check_op = running_stats_lib.check_op
 

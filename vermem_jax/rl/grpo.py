@@ -171,8 +171,16 @@ def finalize_metrics(metrics: Mapping) -> dict[str, float]:
 _compute_dtype = token_stats.compute_dtype
 
 
-def _check_loss_args(shape, batch, temperature, kl_estimator=None):
-  """Validates the [B, L] loss batch against `shape` = (B, L) and the options."""
+def check_loss_args(shape, batch, temperature, kl_estimator=None):
+  """Validates the [B, L] loss batch against `shape` = (B, L) and the options.
+
+  Used by every loss over the gathered batch (`grpo_loss_from_logits`,
+  `loss_step.grpo_loss_and_grads`).
+
+  Raises:
+    ValueError: a missing key of `LOSS_BATCH_KEYS`, an array whose shape is not
+      `shape`, a non-positive temperature or an unknown `kl_estimator`.
+  """
   missing = [k for k in LOSS_BATCH_KEYS if k not in batch]
   if missing:
     raise ValueError(f"loss batch is missing keys {missing}")
@@ -232,7 +240,7 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
   """
   if logits.ndim != 3:
     raise ValueError(f"logits must be [B, L, V], got shape {logits.shape}")
-  _check_loss_args(logits.shape[:2], batch, temperature, kl_estimator)
+  check_loss_args(logits.shape[:2], batch, temperature, kl_estimator)
   if ref_logits is None and kl_beta != 0:
     raise ValueError("ref_logits is required when kl_beta != 0")
   if ref_logits is not None and ref_logits.shape != logits.shape:

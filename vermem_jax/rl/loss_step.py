@@ -22,7 +22,7 @@ from vermem_jax.rl.grpo import DEFAULT_CLIP_EPSILON
 from vermem_jax.rl.grpo import DEFAULT_KL_BETA
 from vermem_jax.rl.grpo import DEFAULT_MAX_LOG_RATIO
 from vermem_jax.rl.grpo import STEP_BATCH_KEYS
-from vermem_jax.rl.grpo import _check_loss_args
+from vermem_jax.rl.grpo import check_loss_args
 from vermem_jax.rl.grpo import command_nll_from_token_stats
 from vermem_jax.rl.grpo import gather_positions
 from vermem_jax.rl.grpo import grpo_loss_from_token_stats
@@ -134,7 +134,7 @@ def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
   missing = [k for k in STEP_BATCH_KEYS if k not in batch]
   if missing:
     raise ValueError(f"step batch is missing keys {missing}")
-  _check_loss_args(batch['target_ids'].shape, batch, temperature, kl_estimator)
+  check_loss_args(batch['target_ids'].shape, batch, temperature, kl_estimator)
 
   def loss_fn(p):
     stats = command_token_stats(

@@ -44,8 +44,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from vermem_jax.envs import environment
-from vermem_jax.models import qwen
+from vermem_jax.envs import episode_types
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling
 
 
@@ -185,7 +185,7 @@ class SamplerPolicy:
   included) and 'tokenization' (template, encode, decode); `num_calls` counts calls.
   """
 
-  def __init__(self, model_config: qwen.QwenConfig, params: Any, tokenizer, *,
+  def __init__(self, model_config: qwen_config.QwenConfig, params: Any, tokenizer, *,
                sampling_config: PolicySamplingConfig = PolicySamplingConfig(),
                greedy: bool = False,
                batch_buckets: Optional[Sequence[int]] = None,
@@ -252,7 +252,7 @@ class SamplerPolicy:
                          'than memory.policy_input_limit, or the buckets stale?)')
     return [list(p) for p in ids]
 
-  def __call__(self, inputs: Sequence[str], rng: Any) -> list[environment.PolicyOutput]:
+  def __call__(self, inputs: Sequence[str], rng: Any) -> list[episode_types.PolicyOutput]:
     inputs = list(inputs)
     if not inputs and self.group is None:
       return []
@@ -275,7 +275,7 @@ class SamplerPolicy:
     return [p.tolist() for part in parts for p in part], first
 
   def _round(self, inputs: list[str], rng: Any
-             ) -> tuple[list[environment.PolicyOutput], bool]:
+             ) -> tuple[list[episode_types.PolicyOutput], bool]:
     t0 = time.perf_counter()
     own = self.encode_prompts(inputs) if inputs else []
     prompts, first = self._gather_prompts(own)
@@ -308,7 +308,7 @@ class SamplerPolicy:
       ids = tuple(int(t) for t in tokens[i, :length])
       text_ids = ids[:-1] if ids and ids[-1] in stops else ids
       text = self.tokenizer.decode(text_ids, skip_special_tokens=False).strip()
-      results.append(environment.PolicyOutput(
+      results.append(episode_types.PolicyOutput(
           text=text, input_tokens=len(prompts[i]), output_tokens=length,
           prompt_ids=tuple(prompts[i]), token_ids=ids,
           logprobs=tuple(float(v) for v in logprobs[i, :length])))

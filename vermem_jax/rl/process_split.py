@@ -36,6 +36,7 @@ import numpy as np
 
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import rollout_records
+from vermem_jax.rl import running_stats as running_stats_lib
 
 _DECISION_ARRAYS = ('a_hier', 'a_local', 'a_global', 'a_task', 'costs')
 _TRAJECTORY_ARRAYS = ('traj_a_global', 'traj_a_task')
@@ -96,7 +97,7 @@ def run_and_share(fn: Callable[[], Any], allgather: Callable[[Any], list],
 def collective_advantages(group: Any, collect_local: Callable[[], Any],
                           inputs_of: Callable[[Any], dict], *, rollouts_per_task: int,
                           config: adv.AdvantageConfig,
-                          running_stats: Optional[adv.RunningStats],
+                          running_stats: Optional[running_stats_lib.RunningStats],
                           update_running_stats: bool
                           ) -> tuple[Any, adv.Advantages, Offsets]:
   """Runs this process's collection, then computes the whole update's advantages.

@@ -35,7 +35,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from vermem_jax.eval import hotpotqa_metrics
+from vermem_jax.envs import answer_metrics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ def r_task(prediction: Optional[str], gold_answer: str) -> float:
   """HotpotQA task score r^task (paper Eq. 13, Appendix F.3).
 
   r^task = (EM + F1) / 2 under the official HotpotQA answer normalization
-  (`vermem_jax.eval.hotpotqa_metrics`). A missing final answer (``None``) scores 0.
+  (`vermem_jax.envs.answer_metrics`). A missing final answer (``None``) scores 0.
   An empty string is an answer (it scores 0 as well unless the gold normalizes to "").
 
   Args:
@@ -90,8 +90,8 @@ def r_task(prediction: Optional[str], gold_answer: str) -> float:
     if not isinstance(gold_answer, str):
       raise TypeError("gold_answer must be a str")
     return 0.0
-  em = hotpotqa_metrics.exact_match(prediction, gold_answer)
-  f1 = hotpotqa_metrics.f1_score(prediction, gold_answer)
+  em = answer_metrics.exact_match(prediction, gold_answer)
+  f1 = answer_metrics.f1_score(prediction, gold_answer)
   return 0.5 * (em + f1)
 
 

@@ -59,13 +59,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers
-from vermem_jax.memory import executor as mexec
+from vermem_jax.memory import config as mconfig
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout_records
+from vermem_jax.rl import running_stats as running_stats_lib
 from vermem_jax.rl import task_selection
 from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import base as vbase
@@ -102,7 +104,7 @@ class RolloutConfig:
 # ------------------------------------------------------------------------ helpers
 
 
-def local_input_from_record(d: environment.DecisionRecord,
+def local_input_from_record(d: episode_types.DecisionRecord,
                             allowed_ops: Sequence[str]) -> vbase.LocalVerifierInput:
   """LocalVerifierInput of a recorded decision (scope: s_t, u_t, s̃_t; App. F.1), from
   the executor's Transition the environment kept (parsed command, op, s̃_t).
@@ -127,7 +129,7 @@ def supporting_fact_views(example: hotpotqa.Example) -> tuple[vbase.ItemView, ..
   return tuple(views)
 
 
-def trajectory_evidence(result: environment.EpisodeResult) -> frozenset[str]:
+def trajectory_evidence(result: episode_types.EpisodeResult) -> frozenset[str]:
   """Evidence units S_pred for r^sup: those behind what the task solver reads at
   termination (C, or active LTM for an 'ltm' answer context) (decision, module doc)."""
   return environment.context_evidence(result.final_state, result.spec.answer_context)
@@ -154,7 +156,7 @@ class _Scored:
 
 
 def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
-           executor_config: mexec.ExecutorConfig, reward_config: rw.RewardConfig,
+           executor_config: mconfig.ExecutorConfig, reward_config: rw.RewardConfig,
            global_labels: bool, global_history_tokens: Optional[int],
            timings: dict) -> _Scored:
   """Local and global verifier calls (one batched call each) and the rewards of the
@@ -242,14 +244,14 @@ def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
 # ------------------------------------------------------------------------ collection
 
 
-def collect_update(tasks: Sequence[environment.EpisodeSpec],
+def collect_update(tasks: Sequence[episode_types.EpisodeSpec],
                    policy: task_selection.RolloutPolicy,
                    solver: task_solvers.TaskSolver, verifier: vbase.Verifier, *,
                    rng: Any, count_tokens: Callable[[str], int],
                    rollouts_per_task: int,
-                   running_stats: Optional[adv.RunningStats],
-                   executor_config: mexec.ExecutorConfig = mexec.ExecutorConfig(),
-                   env_config: environment.EnvConfig = environment.EnvConfig(),
+                   running_stats: Optional[running_stats_lib.RunningStats],
+                   executor_config: mconfig.ExecutorConfig = mconfig.ExecutorConfig(),
+                   env_config: episode_types.EnvConfig = episode_types.EnvConfig(),
                    advantage_config: adv.AdvantageConfig = adv.AdvantageConfig(),
                    reward_config: rw.RewardConfig = rw.RewardConfig(),
                    phase: str = '', update: int = 0, global_labels: bool = True,

@@ -24,7 +24,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
 from vermem_jax.verifiers import base as vbase
@@ -84,7 +84,7 @@ class RolloutDecision:
   a_local: float
   a_global: float
   a_hier: float
-  record: environment.DecisionRecord
+  record: episode_types.DecisionRecord
 
   @property
   def policy_input(self) -> str:
@@ -149,7 +149,7 @@ class RolloutTrajectory:
   index: int
   task: int
   rollout: int
-  result: environment.EpisodeResult
+  result: episode_types.EpisodeResult
   rewards: TrajectoryRewards
   global_scores: Optional[vbase.GlobalScores]
   a_global: float
@@ -281,7 +281,7 @@ def update_metrics(decisions: Sequence[RolloutDecision],
   for op, c in sorted(ops.items()):
     m[f'rollout/op_share_{op}'] = c / n
   ends = collections.Counter(t.terminated_by for t in trajectories)
-  for reason in environment.TERMINATION_REASONS:
+  for reason in episode_types.TERMINATION_REASONS:
     m[f'rollout/terminated_{reason}'] = ends.get(reason, 0) / max(len(trajectories), 1)
   for key, value in timings.items():
     m[f'time/{key}_s'] = float(value)

@@ -18,16 +18,20 @@ import dataclasses
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
+from vermem_jax.memory import commands as cmds
+from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import serialization
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import rollout
+from vermem_jax.rl import running_stats as running_stats_lib
 from vermem_jax.verifiers import adapters
 from vermem_jax.verifiers import base as vbase
 
 def dev_inputs_from_sft_records(records: Iterable[Any], *,
                                 count_tokens: Callable[[str], int],
-                                executor_config: mexec.ExecutorConfig
+                                executor_config: mconfig.ExecutorConfig
                                 ) -> list[vbase.LocalVerifierInput]:
   """Executable dev transitions from SFT dev records (`envs.sft_data.records.SFTRecord`).
 
@@ -46,7 +50,7 @@ def dev_inputs_from_sft_records(records: Iterable[Any], *,
 
 def dev_inputs_from_episodes(specs: Iterable[Any], *,
                              count_tokens: Callable[[str], int],
-                             executor_config: mexec.ExecutorConfig
+                             executor_config: mconfig.ExecutorConfig
                              ) -> list[vbase.LocalVerifierInput]:
   """Executable dev transitions: each dev episode's `reference_command` on its s_0
   (envs.scenarios.spec.ScenarioSpec); specs without one or with a rejected one are skipped."""
@@ -68,8 +72,8 @@ def dev_inputs_from_episodes(specs: Iterable[Any], *,
   return out
 
 
-def dev_inputs_from_results(results: Iterable[environment.EpisodeResult], *,
-                            executor_config: mexec.ExecutorConfig
+def dev_inputs_from_results(results: Iterable[episode_types.EpisodeResult], *,
+                            executor_config: mconfig.ExecutorConfig
                             ) -> list[vbase.LocalVerifierInput]:
   """Executable decisions of dev episodes run through `run_episodes` (e.g. with the
   phase's initial policy), in episode then step order."""
@@ -86,8 +90,8 @@ def init_running_stats_from_dev(verifier: vbase.Verifier,
                                 dev_inputs: Sequence[vbase.LocalVerifierInput], *,
                                 ops: Sequence[str], count: int,
                                 decay: float = adv.AdvantageConfig.running_stats_decay,
-                                running_stats: Optional[adv.RunningStats] = None,
-                                ) -> tuple[adv.RunningStats, dict[str, int]]:
+                                running_stats: Optional[running_stats_lib.RunningStats] = None,
+                                ) -> tuple[running_stats_lib.RunningStats, dict[str, int]]:
   """Phase-start RunningStats from scored dev transitions (SPEC §6, App. F.4).
 
   Takes, for each enabled op type in `ops`, the first `count` accepted inputs of that
@@ -117,8 +121,8 @@ def init_running_stats_from_dev(verifier: vbase.Verifier,
     raise ValueError(f'init_running_stats_from_dev: count must be >= 1, got {count}')
   ops = tuple(ops)
   for op in ops:
-    if op not in adv.ALL_OPS:
-      raise ValueError(f'unknown op {op!r}; expected one of {adv.ALL_OPS}')
+    if op not in cmds.ALL_OPS:
+      raise ValueError(f'unknown op {op!r}; expected one of {cmds.ALL_OPS}')
   chosen = {op: [] for op in ops}
   for inp in dev_inputs:
     if inp.accepted and inp.op in chosen and len(chosen[inp.op]) < count:
@@ -129,6 +133,6 @@ def init_running_stats_from_dev(verifier: vbase.Verifier,
   for (op, _), s in zip(flat, scores):
     if s is not None:
       by_op[op].append(s.r_local)
-  stats = running_stats if running_stats is not None else adv.RunningStats(decay)
+  stats = running_stats if running_stats is not None else running_stats_lib.RunningStats(decay)
   stats.init_from({op: v for op, v in by_op.items() if v})
   return stats, {op: len(v) for op, v in by_op.items()}

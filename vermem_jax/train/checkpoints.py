@@ -64,11 +64,7 @@ from orbax.checkpoint.checkpoint_managers import preservation_policy as pp_lib
 from vermem_jax.train import checkpoint_values
 from vermem_jax.train import distributed
 from vermem_jax.train.checkpoint_values import CheckpointError
-from vermem_jax.train.checkpoint_selection import RL_SELECTION_SCORE  # noqa: F401
-from vermem_jax.train.checkpoint_selection import RL_SELECTION_STEP  # noqa: F401
-from vermem_jax.train.checkpoint_selection import rl_selection_key  # noqa: F401
 from vermem_jax.train.checkpoint_selection import selection_key
-from vermem_jax.train.checkpoint_selection import sft_selection_key  # noqa: F401
 from vermem_jax.train import nonfinite
 
 PyTree = Any

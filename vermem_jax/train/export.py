@@ -5,7 +5,7 @@ SGLang load: `config.json` and `model.safetensors` (`models.hf_io.save_hf_checkp
 the run's tokenizer files with a chat template, and `vermem_export.json` (phase,
 checkpoint step, source workdir). The checkpoint is the one evaluation loads: the
 phase's SELECTED checkpoint (best internal-dev score, `train.checkpoints`), else its
-newest. `experiments/export.py` is the command line; `train.eval_policies` loads the
+newest. `experiments/export.py` is the command line; `eval.policies` loads the
 folder back as an `hf:DIR` policy.
 """
 
@@ -18,6 +18,7 @@ import shutil
 import ml_collections
 
 from vermem_jax.models import hf_io
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
@@ -57,7 +58,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, phase: str, out: str
     raise ValueError(f'--out={out!r} exists and is not empty')
   directory = checkpoints.phase_dir(workdir, phase)
   if not checkpoints.has_checkpoint(directory):
-    raise checkpoints.CheckpointError(f'{directory} holds no checkpoint of {phase}')
+    raise checkpoint_values.CheckpointError(f'{directory} holds no checkpoint of {phase}')
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)
   shapes, _ = setup_lib.abstract_train_state(mc, lambda p: (),

@@ -29,6 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout
@@ -43,10 +44,10 @@ EPISODE_METRICS = ('r_task', 'r_sup', 'p_aux', 'm_ans', 'rejected_rate',
 
 
 def evaluate_dev_episodes(policy: Callable[[Sequence[str], Any], Sequence[Any]],
-                          specs: Sequence[environment.EpisodeSpec], solver: Any, *,
+                          specs: Sequence[episode_types.EpisodeSpec], solver: Any, *,
                           count_tokens: Callable[[str], int],
                           executor_config: Any,
-                          env_config: environment.EnvConfig = environment.EnvConfig(),
+                          env_config: episode_types.EnvConfig = episode_types.EnvConfig(),
                           rng: Any = 0) -> dict[str, float]:
   """Runs every spec once with `policy` and returns the mean episode metrics.
 
@@ -74,7 +75,7 @@ def evaluate_dev_episodes(policy: Callable[[Sequence[str], Any], Sequence[Any]],
   return summarize_results(results)
 
 
-def summarize_results(results: Sequence[environment.EpisodeResult]) -> dict[str, float]:
+def summarize_results(results: Sequence[episode_types.EpisodeResult]) -> dict[str, float]:
   """The `evaluate_dev_episodes` metrics of finished episodes (see there)."""
   r_task, r_sup, p_aux, m_ans = [], [], [], []
   ops: collections.Counter = collections.Counter()

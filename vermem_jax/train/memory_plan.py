@@ -41,7 +41,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from vermem_jax.models import qwen
+from vermem_jax.models import kv_cache
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling
 from vermem_jax.models import sharding
 from vermem_jax.train import rl_learner
@@ -78,7 +79,7 @@ class PlanSettings:
     prompt_len: the sampler's largest prompt bucket P; max_new_tokens: N.
     do_sample: the sampler draws (temperature > 0).
   """
-  model_config: qwen.QwenConfig
+  model_config: qwen_config.QwenConfig
   mesh_shape: tuple[int, int, int]
   micro_batch: int
   length: int
@@ -174,7 +175,7 @@ def kv_cache_bytes(s: PlanSettings, mesh: Any) -> int:
   """Per-device bytes of the sampler's KV cache (rollout_rows x (P + N) slots), rows
   split over ('data', 'fsdp') where they divide."""
   shapes = jax.eval_shape(functools.partial(
-      qwen.init_cache, s.model_config, s.rollout_rows, s.prompt_len + s.max_new_tokens))
+      kv_cache.init_cache, s.model_config, s.rollout_rows, s.prompt_len + s.max_new_tokens))
   return tree_bytes(jax.tree.map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
                                      sharding=setup_lib.batch_sharding(mesh, x.shape)),

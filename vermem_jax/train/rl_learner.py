@@ -69,7 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.models import sharding
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
@@ -164,7 +164,7 @@ class LossConfig:
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
     'old_from_learner', 'max_log_ratio', 'loss_chunk_size'))
 def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
-              model_config: qwen.QwenConfig, clip_epsilon: float, kl_beta: float,
+              model_config: qwen_config.QwenConfig, clip_epsilon: float, kl_beta: float,
               kl_estimator: str, temperature: float, old_from_learner: bool,
               max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO,
               loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE):
@@ -276,7 +276,7 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
 
 def learner_update(params: Any, ref_params: Any, opt_state: Any,
                    decisions: Sequence[batching.DecisionTokens], *,
-                   model_config: qwen.QwenConfig, batching_config: batching.BatchingConfig,
+                   model_config: qwen_config.QwenConfig, batching_config: batching.BatchingConfig,
                    loss: LossConfig, opt: RLOptimizerConfig, pad_id: int,
                    mesh: jax.sharding.Mesh | None = None, ppo: PPOConfig = PPOConfig(),
                    shuffle_seed: Sequence[int] = (0,),

@@ -99,11 +99,11 @@ import jax
 import ml_collections
 import numpy as np
 
-from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import policy as policy_lib
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rollout
 from vermem_jax.rl import rollout_records
+from vermem_jax.rl import running_stats
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
@@ -288,7 +288,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       raise ValueError(f'{directory}: checkpoint step {step} has data position '
                        f'{restored.data_position}, expected {expected} (different '
                        'episodes); use a fresh --workdir')
-    running = adv.RunningStats.from_dict(restored.running_stats)
+    running = running_stats.RunningStats.from_dict(restored.running_stats)
     prior_wall = float((restored.metadata or {}).get('cumulative_wall_time_s', 0.0))
     dev_start = dict((restored.metadata or {}).get('internal_dev_start') or {})
     if primary and rl_resume.read_reference(directory) is None:

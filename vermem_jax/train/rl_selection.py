@@ -25,30 +25,30 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import environment
-from vermem_jax.eval import hotpotqa_metrics
-from vermem_jax.eval import metrics as eval_metrics
+from vermem_jax.envs import episode_types
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards
 from vermem_jax.rl import task_selection
-from vermem_jax.train import checkpoints
+from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import internal_dev
 
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')
 DEFAULT_METRIC = 'r_task'
 
 
-def episode_scores(result: environment.EpisodeResult) -> dict[str, float]:
+def episode_scores(result: episode_types.EpisodeResult) -> dict[str, float]:
   """Every selection metric of one finished dev episode."""
   gold = result.spec.example.answer
   answer = result.final_answer
-  em = hotpotqa_metrics.exact_match(answer, gold) if answer is not None else 0.0
-  f1 = hotpotqa_metrics.f1_score(answer, gold) if answer is not None else 0.0
+  em = answer_metrics.exact_match(answer, gold) if answer is not None else 0.0
+  f1 = answer_metrics.f1_score(answer, gold) if answer is not None else 0.0
   r_task = rewards.r_task(answer, gold)
   p_aux = rewards.p_aux(result.constraint_costs)
-  seen = eval_metrics.solver_seen_evidence(result)
+  seen = answer_metrics.solver_seen_evidence(result)
   return {'r_task': r_task, 'em': em, 'f1': f1,
-          'sf_recall': eval_metrics.supporting_fact_recall(seen, result.spec.example),
+          'sf_recall': answer_metrics.supporting_fact_recall(seen, result.spec.example),
           'm_ans': float(rewards.m_ans(r_task, p_aux))}
 
 
@@ -59,9 +59,9 @@ def check_metric(metric: str) -> str:
   return metric
 
 
-def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver: Any, *,
+def dev_evaluation(specs: Sequence[episode_types.EpisodeSpec], policy: Any, solver: Any, *,
                    count_tokens: Callable[[str], int], executor_config: Any,
-                   env_config: environment.EnvConfig, seed: int, metric: str,
+                   env_config: episode_types.EnvConfig, seed: int, metric: str,
                    group: Any = None) -> dict[str, float]:
   """Runs the dev episodes greedily and scores them.
 
@@ -122,8 +122,8 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
 
 def selection_metrics(dev: dict[str, float], step: int) -> dict[str, float]:
   """The checkpoint's selection metrics (`checkpoints.rl_selection_key`)."""
-  return {checkpoints.RL_SELECTION_SCORE: float(dev['dev/score']),
-          checkpoints.RL_SELECTION_STEP: int(step)}
+  return {checkpoint_selection.RL_SELECTION_SCORE: float(dev['dev/score']),
+          checkpoint_selection.RL_SELECTION_STEP: int(step)}
 
 
 def is_eval_step(update: int, total: int, eval_every: int) -> bool:

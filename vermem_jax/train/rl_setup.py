@@ -29,19 +29,23 @@ from absl import logging
 import jax
 import ml_collections
 
-from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
+from vermem_jax.envs.scenarios import spec as scenario_spec
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy as policy_lib
 from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout
+from vermem_jax.rl import running_stats
 from vermem_jax.rl import running_stats_init
-from vermem_jax import verifiers
+from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base as vbase
 from vermem_jax.train import rl_learner
 from vermem_jax.train import setup as setup_lib
@@ -83,13 +87,13 @@ class PhaseSetup:
   phase: str
   op_space: str
   tokenizer: Any
-  model_config: qwen.QwenConfig
+  model_config: qwen_config.QwenConfig
   train_specs: list
   dev_specs: list
   solver: Any
   verifier: Any
   executor_config: ExecutorConfig
-  env_config: environment.EnvConfig
+  env_config: episode_types.EnvConfig
   advantage_config: adv.AdvantageConfig
   reward_config: rw.RewardConfig
   batching_config: batching.BatchingConfig
@@ -159,8 +163,8 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)
   exec_cfg = _fields_from(ExecutorConfig, _section(config, 'memory'), phase=op_space)
-  env_cfg = environment.EnvConfig.from_config(_section(config, 'episodes'))
-  scen_cfg = episodes.ScenarioConfig.from_config(_section(config, 'episodes'))
+  env_cfg = episode_types.EnvConfig.from_config(_section(config, 'episodes'))
+  scen_cfg = scenario_spec.ScenarioConfig.from_config(_section(config, 'episodes'))
   construction, dev_pool = episodes.load_pools(
       hotpotqa.DataConfig.from_config(_section(config, 'data')))
   train_specs, dev_specs = episodes.build_phase_episodes(
@@ -172,7 +176,7 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   solver = task_solver_setup.make_task_solver(
       config, tok, list(construction) + list(dev_pool), solver_params=solver_params,
       mesh=mesh)
-  verifier = verifiers.make_verifier(
+  verifier = backends.make_verifier(
       _fields_from(vbase.VerifierConfig, _section(config, 'verifier')))
   if hasattr(verifier, 'preflight'):
     # Transport failures become fallback scores during scoring; fail now instead.
@@ -227,7 +231,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
   count = int(config.advantage.running_stats_init_count)
   tok = setup.tokenizer
   out: list[vbase.LocalVerifierInput] = []
-  sft_cfg = episodes.SFTDataConfig.from_config(
+  sft_cfg = sft_config.SFTDataConfig.from_config(
       _section(config, 'sft'), seed=config.episodes.seed, train_per_target=1,
       dev_per_target=count, teacher_backend=None,
       context_budget=config.memory.context_budget,
@@ -236,7 +240,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
       max_doc_sentences=config.episodes.max_doc_sentences,
       max_doc_tokens=config.episodes.max_doc_tokens)
   try:
-    _, dev_records, _ = episodes.build_sft_set(
+    _, dev_records, _ = sft_build.build_sft_set(
         setup.construction, setup.dev_pool, count_tokens=tok.count_tokens,
         config=sft_cfg, verbose=False)
     out += running_stats_init.dev_inputs_from_sft_records(
@@ -252,7 +256,7 @@ def dev_transitions(config: ml_collections.ConfigDict,
 
 
 def init_running_stats(config: ml_collections.ConfigDict,
-                       setup: PhaseSetup) -> tuple[adv.RunningStats, dict[str, int]]:
+                       setup: PhaseSetup) -> tuple[running_stats.RunningStats, dict[str, int]]:
   """Fresh phase RunningStats from scored dev transitions (SPEC §6, App. F.4)."""
   ops = mcommands.PHASE_OPS[setup.op_space]
   return running_stats_init.init_running_stats_from_dev(

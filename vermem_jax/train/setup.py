@@ -36,6 +36,7 @@ import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from vermem_jax.models import qwen_config
 from vermem_jax import tokenization
 from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
@@ -80,7 +81,7 @@ def model_identity(config: ml_collections.ConfigDict) -> str:
   return ' '.join([str(config.model.preset)] + [f'{k}={v}' for k, v in dims.items()])
 
 
-def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
+def model_config_from(config: ml_collections.ConfigDict) -> qwen_config.QwenConfig:
   """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`
   with the dimensions the config sets (`model.hidden_size=...`, `MODEL_DIM_FIELDS`),
   with `model.dtype` / `param_dtype` / `remat` and the attention kernel
@@ -108,14 +109,14 @@ def model_config_from(config: ml_collections.ConfigDict) -> qwen.QwenConfig:
                        '(add --config.model.hf_checkpoint= to start from random weights '
                        'of the preset)')
     try:
-      return qwen.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
+      return qwen_config.QwenConfig.from_hf(config.model.hf_checkpoint, **numerics)
     except (OSError, ValueError, KeyError) as e:
       raise ValueError(f'config.model.hf_checkpoint: {e}') from e
   if ('head_dim' not in dims and
       ('hidden_size' in dims or 'num_attention_heads' in dims)):
     dims['head_dim'] = None  # QwenConfig derives hidden_size // num_attention_heads
   try:
-    return qwen.QwenConfig.preset(config.model.preset, **numerics, **dims)
+    return qwen_config.QwenConfig.preset(config.model.preset, **numerics, **dims)
   except KeyError as e:
     raise ValueError(f'config.model.preset: {e.args[0]}') from e
   except ValueError as e:
@@ -144,7 +145,7 @@ def load_tokenizer_cached(path: str) -> tokenization.Tokenizer:
 
 
 def load_tokenizer_for(config: ml_collections.ConfigDict,
-                       model_config: qwen.QwenConfig | None = None
+                       model_config: qwen_config.QwenConfig | None = None
                        ) -> tokenization.Tokenizer:
   """The run's tokenizer (cached per folder), checked against the policy model.
 
@@ -167,7 +168,7 @@ def load_tokenizer_for(config: ml_collections.ConfigDict,
   return tok
 
 
-def check_tokenizer_fits(tok: tokenization.Tokenizer, model_config: qwen.QwenConfig, *,
+def check_tokenizer_fits(tok: tokenization.Tokenizer, model_config: qwen_config.QwenConfig, *,
                          field: str) -> None:
   """`tokenization.check_tokenizer_model_compat` with the config field in the error."""
   try:
@@ -241,8 +242,8 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 # ----------------------------------------------------------------------------- params
-def init_or_load_params(config: ml_collections.ConfigDict, model_config: qwen.QwenConfig,
-                        rng: jax.Array, mesh: Mesh) -> tuple[qwen.QwenConfig, Any]:
+def init_or_load_params(config: ml_collections.ConfigDict, model_config: qwen_config.QwenConfig,
+                        rng: jax.Array, mesh: Mesh) -> tuple[qwen_config.QwenConfig, Any]:
   """(QwenConfig, params on `mesh`): `model.hf_checkpoint` when set (each device reads
   only its slice), else a random init of `model_config` created directly sharded.
 
@@ -311,7 +312,7 @@ def abstract_like(shapes: Any, shardings: Any) -> Any:
                       shapes, shardings)
 
 
-def abstract_train_state(model_config: qwen.QwenConfig, init_fn: Callable[[Any], Any],
+def abstract_train_state(model_config: qwen_config.QwenConfig, init_fn: Callable[[Any], Any],
                          mesh: Mesh) -> tuple[Any, Any]:
   """(abstract params, abstract optimizer state) with their shardings; nothing is
   allocated. Restore templates for `checkpoints.PhaseCheckpointManager`."""

@@ -59,9 +59,12 @@ import ml_collections
 
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
+from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
 from vermem_jax.train import metrics as metrics_lib
@@ -82,10 +85,10 @@ def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
   return ExecutorConfig(**values, phase=config.episodes.op_space)
 
 
-def _sft_data_config(config: ml_collections.ConfigDict) -> episodes.SFTDataConfig:
+def _sft_data_config(config: ml_collections.ConfigDict) -> sft_config.SFTDataConfig:
   # The construction seed is the episode seed: the data set does not change with the
   # run seed (config.seed drives init and shuffling).
-  return episodes.SFTDataConfig.from_config(
+  return sft_config.SFTDataConfig.from_config(
       config.sft.to_dict(), seed=config.episodes.seed,
       context_budget=config.memory.context_budget,
       policy_input_limit=config.memory.policy_input_limit,
@@ -187,7 +190,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   def build_set():
     construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
         config.data.to_dict()))
-    return episodes.build_sft_set(construction, dev_pool, count_tokens=tok.count_tokens,
+    return sft_build.build_sft_set(construction, dev_pool, count_tokens=tok.count_tokens,
                                   config=_sft_data_config(config), verbose=False)
   # Every process builds the same seeded set (a failure stops all of them together).
   train_records, dev_records, report = distributed.agree(build_set)
@@ -368,8 +371,8 @@ def _final_metrics(step, total, wall, train_loss, last_dev, mgr, selection, num_
   best_metrics = None
   if selection is not None:
     # The step being saved is not yet known to the manager.
-    key = checkpoints.sft_selection_key(selection)
-    if best is None or key >= checkpoints.sft_selection_key(_best_selection(mgr, best)):
+    key = checkpoint_selection.sft_selection_key(selection)
+    if best is None or key >= checkpoint_selection.sft_selection_key(_best_selection(mgr, best)):
       best, best_metrics = step, selection
   if best is not None and best_metrics is None:
     best_metrics = _best_selection(mgr, best)

@@ -19,17 +19,17 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from vermem_jax.envs.sft_data import records as sft_records
+from vermem_jax.models import qwen_config
 from vermem_jax import tokenization
-from vermem_jax.envs import episodes
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.models import qwen
 from vermem_jax.rl import policy
 from vermem_jax.train import setup as setup_lib
 
 
-def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str], *,
+def dev_metrics(records: Sequence[sft_records.SFTRecord], predictions: Sequence[str], *,
                 executor_config: ExecutorConfig,
                 count_tokens: Callable[[str], int]) -> dict[str, float]:
   """Dev metrics of predicted command texts (SPEC §4 checkpoint selection).
@@ -94,8 +94,8 @@ def dev_metrics(records: Sequence[episodes.SFTRecord], predictions: Sequence[str
   return out
 
 
-def predict_commands(params: Any, model_config: qwen.QwenConfig,
-                     records: Sequence[episodes.SFTRecord],
+def predict_commands(params: Any, model_config: qwen_config.QwenConfig,
+                     records: Sequence[sft_records.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, batch_size: int,
                      sampling_config: policy.PolicySamplingConfig,
                      rng: Any = 0, mesh: jax.sharding.Mesh | None = None) -> list[str]:

@@ -35,8 +35,8 @@ from typing import Sequence
 
 import numpy as np
 
+from vermem_jax.envs.sft_data import records as sft_records
 from vermem_jax import tokenization
-from vermem_jax.envs import episodes
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
 
@@ -53,7 +53,7 @@ class SFTExample:
   """
   prompt_tokens: tuple[int, ...]
   command_tokens: tuple[int, ...]
-  record: episodes.SFTRecord
+  record: sft_records.SFTRecord
 
   def decision(self) -> batching.DecisionTokens:
     """The learner row: no old logprobs (unused by the SFT loss), advantage 1."""
@@ -61,7 +61,7 @@ class SFTExample:
                                    (0.0,) * len(self.command_tokens), 1.0)
 
 
-def tokenize_records(records: Sequence[episodes.SFTRecord],
+def tokenize_records(records: Sequence[sft_records.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, max_sequence_tokens: int,
                      max_command_tokens: int) -> tuple[list[SFTExample], dict[str, int]]:
   """Tokenizes records; drops (and counts) those that do not fit the learner shapes.

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
@@ -160,7 +160,7 @@ def _accumulate_fn(donate: bool) -> Callable:
 
 def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
                            micro_batch: Mapping[str, np.ndarray], *,
-                           model_config: qwen.QwenConfig,
+                           model_config: qwen_config.QwenConfig,
                            mesh: jax.sharding.Mesh | None = None,
                            reduction: str = 'decision',
                            loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE
@@ -234,7 +234,7 @@ def _skipped_summary(acc: Mapping[str, Any], params: Any) -> dict[str, jax.Array
 
 def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-               model_config: qwen.QwenConfig, opt: OptimizerConfig,
+               model_config: qwen_config.QwenConfig, opt: OptimizerConfig,
                mesh: jax.sharding.Mesh | None = None, reduction: str = 'decision',
                loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE
                ) -> tuple[Any, Any, dict[str, float]]:
@@ -276,7 +276,7 @@ def _nll_sums(params, batch, model_config, reduction, loss_chunk_size):
 
 
 def command_loss(params: Any, micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-                 model_config: qwen.QwenConfig,
+                 model_config: qwen_config.QwenConfig,
                  mesh: jax.sharding.Mesh | None = None,
                  reduction: str = 'decision',
                  loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE) -> float:

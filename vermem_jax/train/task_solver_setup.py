@@ -30,6 +30,7 @@ import ml_collections
 
 from vermem_jax import config_util
 from vermem_jax import http_chat
+from vermem_jax.envs import action_solvers
 from vermem_jax.envs import task_solvers
 from vermem_jax.models import hf_io
 from vermem_jax.train import setup as setup_lib
@@ -105,7 +106,6 @@ def make_action_solver(config: ml_collections.ConfigDict, tokenizer: Any,
     ValueError: naming the field: 'oracle' (HotpotQA only) or an unknown backend, an
       'llm' solver without weights, an HTTP solver without url/model.
   """
-  from vermem_jax.envs import action_solvers  # pylint: disable=import-outside-toplevel
   s = config.solver
   solver_cfg = config_util.dataclass_from_mapping(task_solvers.SolverConfig, s.to_dict())
   prompt = action_solvers.ActionPrompt(action_prompt)

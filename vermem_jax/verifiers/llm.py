@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 from vermem_jax import http_chat
 from vermem_jax.verifiers import base
+from vermem_jax.verifiers import heuristic
 from vermem_jax.verifiers import parsing
 from vermem_jax.verifiers import prompts
 
@@ -106,7 +107,6 @@ class LLMVerifier(base.Verifier):
 
   def _heuristic_verifier(self):
     if self._heuristic is None:
-      from vermem_jax.verifiers import heuristic  # pylint: disable=g-import-not-at-top
       self._heuristic = heuristic.HeuristicVerifier(self.config)
     return self._heuristic
 

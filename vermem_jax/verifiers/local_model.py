@@ -18,6 +18,11 @@ from typing import Any
 import jax
 
 from vermem_jax import paths
+from vermem_jax import tokenization
+from vermem_jax.models import hf_io
+from vermem_jax.models import qwen
+from vermem_jax.models import qwen_config
+from vermem_jax.models import sampling
 from vermem_jax.verifiers import base
 from vermem_jax.verifiers import llm
 
@@ -79,7 +84,6 @@ class LocalChatGenerator:
 
   def complete_many(self, conversations: list[list[dict]]) -> list[str]:
     """One reply text per conversation, in order."""
-    from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
     replies: list[str] = []
     stop = set(self.tokenizer.stop_token_ids)
     for start in range(0, len(conversations), self.batch_size):
@@ -104,11 +108,9 @@ def load_model(checkpoint_path: str, preset: str, seed: int) -> tuple[Any, Any]:
   Raises:
     FileNotFoundError: a missing checkpoint folder.
   """
-  from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
   if checkpoint_path:
-    from vermem_jax.models import hf_io  # pylint: disable=g-import-not-at-top
     return hf_io.load_hf_checkpoint(checkpoint_path)
-  model_config = qwen.QwenConfig.preset(preset or DEFAULT_PRESET)
+  model_config = qwen_config.QwenConfig.preset(preset or DEFAULT_PRESET)
   return model_config, qwen.init_params(model_config, jax.random.PRNGKey(seed))
 
 
@@ -130,7 +132,6 @@ class LocalModelVerifier(llm.LLMVerifier):
   def __init__(self, config: base.VerifierConfig, *, model_config: Any = None,
                params: Any = None, tokenizer: Any = None):
     super().__init__(config)
-    from vermem_jax import tokenization  # pylint: disable=g-import-not-at-top
     if (model_config is None) != (params is None):
       raise ValueError("LocalModelVerifier: pass both model_config and params, or neither")
     if model_config is None:

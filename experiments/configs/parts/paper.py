@@ -370,7 +370,7 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   c.eval.seeds = (42, 43, 44)          # SPEC §7
   c.eval.temperature = 0.0             # SPEC §4: the policy decodes greedily
   # Comma-separated: base, sft, phase_a, phase_b, phase_c, hf:/path, NAME=<entry>;
-  # '' = base + every phase with a checkpoint in the workdir (train/eval_policies.py).
+  # '' = base + every phase with a checkpoint in the workdir (vermem_jax/eval/policies.py).
   c.eval.policies = ''
   # HotpotQA questions, or benchmark instances, per seed, drawn with the seed (fixed
   # order per seed); 0 = all of them (paper C.1: every instance of the split).

@@ -42,7 +42,7 @@ Everything is deterministic under `ScenarioConfig.seed`: episode i of (phase, sp
 uses `random.Random(f"{seed}:{phase}:{split}:{i}")` (string seeds hash with SHA-512,
 independent of PYTHONHASHSEED).
 
-Modules (the public entry point over this package and `sft_data` is `envs.episodes`):
+Modules (`envs.episodes` builds the pools and phase episodes over this package):
   spec             PHASES, FAMILIES, ScenarioConfig, paper_counts, DelayedQuery,
                    ScenarioSpec.
   views            Doc, Fact, ExampleView, build_view (documents and facts of an

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.envs.scenarios.initial_state import QUERY_PREFIX, TASK_STATES, fits
 from vermem_jax.memory.config import document_chunk_tokens
 
@@ -54,17 +54,17 @@ def capped_docs(view, count_tokens, cap, which):
 
 def fact_obs(fact):
   """One supporting sentence as an observation citing its unit."""
-  return environment.Observation(text=fact.text, source_refs=(fact.unit_id,))
+  return episode_types.Observation(text=fact.text, source_refs=(fact.unit_id,))
 
 
 def doc_obs(doc):
   """A whole document as an observation citing its units."""
-  return environment.Observation(text=doc.text, source_refs=doc.unit_ids)
+  return episode_types.Observation(text=doc.text, source_refs=doc.unit_ids)
 
 
 def query_obs(example):
   """The delayed query: the last observation of every schedule."""
-  return environment.Observation(
+  return episode_types.Observation(
       text=QUERY_PREFIX + example.question, task_state=TASK_STATES['query'])
 
 
@@ -72,7 +72,7 @@ def distractor_sentences(view, rng, k):
   """`k` random distractor sentences as observations (Phase A schedules)."""
   pool = [(d, i) for d in view.distractor_docs for i in range(len(d.sentences))]
   rng.shuffle(pool)
-  return [environment.Observation(text=d.fact_text(i), source_refs=(d.unit_ids[i],))
+  return [episode_types.Observation(text=d.fact_text(i), source_refs=(d.unit_ids[i],))
           for d, i in pool[:k]]
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Optional
 
 from vermem_jax import config_util
-from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.memory.config import ExecutorConfig
 
 PHASES = ('A', 'B', 'C')
@@ -25,8 +25,8 @@ FAMILIES = {
 }
 
 # Where the solver's final context comes from when the delayed query is posed.
-CONTEXT_FROM_LTM = environment.SOLVER_READS_LTM  # Phase A (D.4 "delayed query")
-CONTEXT_FROM_ACTIVE = environment.SOLVER_READS_CONTEXT  # Phase B/C: C_t
+CONTEXT_FROM_LTM = episode_types.SOLVER_READS_LTM  # Phase A (D.4 "delayed query")
+CONTEXT_FROM_ACTIVE = episode_types.SOLVER_READS_CONTEXT  # Phase B/C: C_t
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +106,7 @@ class DelayedQuery:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScenarioSpec(environment.EpisodeSpec):
+class ScenarioSpec(episode_types.EpisodeSpec):
   """An EpisodeSpec plus construction metadata (never shown to the policy).
 
   Attributes (beyond EpisodeSpec):

@@ -12,7 +12,7 @@ passes the seven deterministic filters of D.3 with no repair (`filters`), valid
 records are deduplicated by (state, op, arguments), and an optional OpenAI-compatible
 teacher may fill part of each class (`teacher`, off by default).
 
-Modules (the public entry point over this package and `scenarios` is `envs.episodes`):
+Modules (`envs.episodes` loads the pools this package draws from):
   config          SFTDataConfig (config section `sft`).
   records         TARGETS, SFTRecord, SFTBuildReport.
   templates       Template and the registry TEMPLATES (which op, boundary or not, which

@@ -1,10 +1,12 @@
-"""Tests for vermem_jax.eval.hotpotqa_metrics against hand-computed official behaviour."""
+"""Tests for vermem_jax.envs.answer_metrics against hand-computed official behaviour."""
 import json
 import os
 
 import pytest
 
-from vermem_jax.eval import hotpotqa_metrics as hm
+from vermem_jax.envs import answer_metrics as hm
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -69,3 +71,11 @@ def test_gold_answers_score_one_against_themselves(hotpotqa_dir):
     assert hm.exact_match(a, a) == 1.0
     if hm.normalize_answer(a):
       assert hm.f1_score(a, a) == 1.0
+
+
+def test_supporting_fact_recall(hotpotqa_dir):
+  ex = hotpotqa_sources.load_examples('json', 'validation', data_dir=hotpotqa_dir)[1]
+  sup = hotpotqa.supporting_unit_ids(ex)
+  assert hm.supporting_fact_recall(sup, ex) == 1.0
+  assert hm.supporting_fact_recall(sup[:1], ex) == pytest.approx(1 / len(sup))
+  assert hm.supporting_fact_recall([], ex) == 0.0

@@ -1,6 +1,6 @@
 """The interactive benchmarks as an evaluation suite (paper Appendix C.1-C.2, C.5).
 
-`BenchmarkSuite` is what `train.evaluate.run_evaluation` runs for `eval_alfworld`,
+`BenchmarkSuite` is what `eval.evaluate.run_evaluation` runs for `eval_alfworld`,
 `eval_scienceworld`, `eval_pddl` and `eval_babyai`:
 
   tasks     the adapter's instance list from section `benchmark` (its keys are the
@@ -31,7 +31,6 @@ from vermem_jax.eval import bench_episodes
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.train import evaluate
 from vermem_jax.train import task_solver_setup
 
 # Table columns of a benchmark's results.md: (summary key, header, scale, decimals).
@@ -133,7 +132,7 @@ class BenchmarkSuite:
     """Records of one policy on `instances` in op space `phase`, `eval.batch_size`
     episodes advancing together (their environments closed after each chunk)."""
     records = []
-    for chunk in evaluate.chunks(instances, self.config.eval.batch_size):
+    for chunk in episodes.chunks(instances, self.config.eval.batch_size):
       self._prepare_solver(chunk)
       results = bench_episodes.run_instances(
           self.bench, self.bench_config, chunk, policy, self.solver,

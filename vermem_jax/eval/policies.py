@@ -29,11 +29,12 @@ import jax
 import ml_collections
 
 from vermem_jax import config_util
-from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
 from vermem_jax.eval import episodes
 from vermem_jax.models import hf_io
 from vermem_jax.rl import policy as policy_lib
 from vermem_jax.rl import task_selection
+from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
@@ -168,7 +169,7 @@ def check_available(sources: list[PolicySource], workdir: str) -> None:
     if s.kind == 'phase':
       d = checkpoints.phase_dir(workdir, s.where)
       if not checkpoints.has_checkpoint(d):
-        raise checkpoints.CheckpointError(
+        raise checkpoint_values.CheckpointError(
             f'config.eval.policies names {s.where}, but {d} holds no checkpoint')
     elif s.kind == 'hf' and not os.path.isdir(s.where):
       raise ValueError(f'config.eval.policies: {s.label}: {s.where} is not a directory')
@@ -186,7 +187,7 @@ def _greedy_sampler(config: ml_collections.ConfigDict, model_config: Any, params
 
 
 def load_policy(source: PolicySource, config: ml_collections.ConfigDict, workdir: str,
-                *, tok: Any, mesh: Any) -> tuple[Callable[[int], environment.Policy],
+                *, tok: Any, mesh: Any) -> tuple[Callable[[int], episode_types.Policy],
                                                  dict[str, Any]]:
   """(seed -> batched policy, info) for one source.
 
@@ -213,6 +214,6 @@ def load_policy(source: PolicySource, config: ml_collections.ConfigDict, workdir
     params, step = checkpoints.restore_params_only(directory, shapes, prefer_best=True)
     info.update(path=directory, step=int(step))
   sampler = _greedy_sampler(config, mc, params, tok, mesh)
-  def bind(seed: int) -> environment.Policy:
+  def bind(seed: int) -> episode_types.Policy:
     return task_selection.BoundPolicy(sampler, jax.random.PRNGKey(int(seed)))
   return bind, info

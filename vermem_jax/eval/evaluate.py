@@ -1,12 +1,12 @@
 """Held-out evaluation of a workdir's policies (paper Appendix C; SPEC §7).
 
 `run_evaluation(config, workdir)` evaluates every policy of `config.eval.policies`
-(`train.eval_policies`: Base and the workdir's selected phase checkpoints by default)
+(`eval.policies`: Base and the workdir's selected phase checkpoints by default)
 on one held-out task set, for each seed of `eval.seeds`. The task set is the config's
 suite: HotpotQA validation (distractor) questions for `eval_hotpotqa`
 (`HotpotQASuite` below), or one interactive benchmark's test instances for
 `eval_alfworld` / `eval_scienceworld` / `eval_pddl` / `eval_babyai`
-(`train.eval_benchmark.BenchmarkSuite`). For each seed:
+(`eval.benchmark_suite.BenchmarkSuite`). For each seed:
 
   1. tasks: `eval.num_questions` questions or instances drawn with the seed (fixed
      order per seed; 0 = all of them, the paper's protocol);
@@ -35,22 +35,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from absl import logging
 import ml_collections
 
 from vermem_jax import config_util
 from vermem_jax.envs import hotpotqa
+from vermem_jax.envs import hotpotqa_sources
 from vermem_jax.eval import aggregate
+from vermem_jax.eval import benchmark_suite
 from vermem_jax.eval import episodes
 from vermem_jax.eval import frontier
 from vermem_jax.eval import judges
 from vermem_jax.eval import metrics
 from vermem_jax.eval import plots
+from vermem_jax.eval import policies as eval_policies
 from vermem_jax.eval import recovery
 from vermem_jax.memory.config import ExecutorConfig
-from vermem_jax.train import eval_policies
 from vermem_jax.train import setup as setup_lib
 from vermem_jax.train import task_solver_setup
 
@@ -65,12 +67,6 @@ def output_subdir(config: ml_collections.ConfigDict) -> str:
 
 def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
   return config.eval.output_dir or os.path.join(workdir, output_subdir(config))
-
-
-def chunks(items: Sequence[Any], batch_size: int) -> list[Sequence[Any]]:
-  """`items` in consecutive chunks of `batch_size` (0 = one chunk of all)."""
-  step = int(batch_size) or max(len(items), 1)
-  return [items[i:i + step] for i in range(0, len(items), step)]
 
 
 class HotpotQASuite:
@@ -91,7 +87,7 @@ class HotpotQASuite:
     self.judge_cfg = config_util.dataclass_from_mapping(judges.JudgeConfig,
                                                         ev.judge.to_dict())
     self.rule = metrics.resolve_success_rule(ev.success_rule, bool(self.judge_cfg.backend))
-    self.examples = hotpotqa.load_from_config(
+    self.examples = hotpotqa_sources.load_from_config(
         hotpotqa.DataConfig.from_config(config.data.to_dict()), hotpotqa.VALIDATION)
     self.by_id = {ex.id: ex for ex in self.examples}
     self.solver = task_solver_setup.make_task_solver(config, tok, self.examples,
@@ -113,7 +109,7 @@ class HotpotQASuite:
     recorded (each record keeps its `eval.recovery` counts)."""
     records = []
     count = self.tok.count_tokens
-    for chunk in chunks(questions, self.config.eval.batch_size):
+    for chunk in episodes.chunks(questions, self.config.eval.batch_size):
       specs = [episodes.build_episode(ex, count_tokens=count,
                                       executor_config=self.exec_cfg, base=base,
                                       token_budget=budget, phase=phase)
@@ -148,8 +144,7 @@ def make_suite(config: ml_collections.ConfigDict, **kwargs: Any) -> Any:
   """The suite of `config.phase` (module docstring); kwargs: tok, mesh, exec_cfg."""
   if config.phase == 'eval_hotpotqa':
     return HotpotQASuite(config, **kwargs)
-  from vermem_jax.train import eval_benchmark  # pylint: disable=import-outside-toplevel
-  return eval_benchmark.BenchmarkSuite(config, **kwargs)
+  return benchmark_suite.BenchmarkSuite(config, **kwargs)
 
 
 def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:

@@ -1,11 +1,15 @@
-"""HotpotQA answer metrics: exact match and token F1 with the official normalization.
+"""How well a HotpotQA episode was answered: exact match and token F1 of the final
+answer with the official normalization, and supporting-fact recall of what the solver
+read.
 
 Behaviour follows the official HotpotQA evaluation script (``hotpot_evaluate_v1.py``,
 Yang et al., 2018): answers are lower-cased, punctuation is removed, the articles
 "a", "an", "the" are removed and whitespace is collapsed. Token F1 is zero whenever
 either normalized side is one of the special answers ``yes``, ``no``, ``noanswer``
 and the two sides differ (a yes/no question is all or nothing). Used by r^task
-(paper Eq. 13, Appendix F.3) and by evaluation (SPEC §7).
+(paper Eq. 13, Appendix F.3), by the internal-dev selection of a phase's checkpoint
+and by held-out evaluation (SPEC §7); it sits in `envs`, below `rl`, `train` and
+`eval`, so each of them imports it without importing the others.
 
 Pure Python, no JAX.
 """
@@ -14,6 +18,11 @@ from __future__ import annotations
 import collections
 import re
 import string
+from typing import Iterable
+
+from vermem_jax.envs import environment
+from vermem_jax.envs import episode_types
+from vermem_jax.envs import hotpotqa
 
 # Normalized answers that the official script scores all-or-nothing in F1.
 SPECIAL_ANSWERS = ("yes", "no", "noanswer")
@@ -88,3 +97,26 @@ def f1_precision_recall(prediction: str,
 def f1_score(prediction: str, ground_truth: str) -> float:
   """Token F1 in [0, 1] (official HotpotQA definition; see f1_precision_recall)."""
   return f1_precision_recall(prediction, ground_truth)[0]
+
+
+def solver_seen_evidence(result: episode_types.EpisodeResult) -> frozenset[str]:
+  """Evidence-unit ids behind the context C̃_t the solver read at its last call.
+
+  Empty when the solver was never called in the episode.
+  """
+  for d in reversed(result.decisions):
+    if d.solver_called:
+      return environment.context_evidence(d.state_after_memory,
+                                          result.spec.answer_context)
+  return frozenset()
+
+
+def supporting_fact_recall(seen: Iterable[str], example: hotpotqa.Example) -> float:
+  """|gold ∩ seen| / |gold| over evidence-unit ids; 0.0 without gold units.
+
+  Args:
+    seen: evidence-unit ids (e.g. `solver_seen_evidence`).
+    example: the HotpotQA example whose supporting facts are the gold units.
+  """
+  gold = set(hotpotqa.supporting_unit_ids(example))
+  return len(gold & set(seen)) / len(gold) if gold else 0.0
