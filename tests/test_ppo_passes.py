@@ -70,7 +70,7 @@ def _one_step_reference(params, ref, state, decisions, opt, *, old_from_learner)
   total = jax.tree.map(jnp.zeros_like, params)
   loss = 0.0
   for mb in batching.micro_batches(decisions, BCFG):
-    (l, _, _, _), g = rl_learner.grpo_step(
+    (l, _, _, _), g = loss_step.grpo_loss_and_grads(
         params, ref, batching.to_step_batch(mb), model_config=MC, clip_epsilon=0.2,
         kl_beta=0.1, kl_estimator='exact', temperature=0.7,
         old_from_learner=old_from_learner)
@@ -182,7 +182,7 @@ def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
 def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
   params, decisions = setup
   opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
-  real = rl_learner.grpo_step
+  real = loss_step.grpo_loss_and_grads
   calls = []
 
   def nan_on_first_micro_batch(*args, **kwargs):
@@ -192,7 +192,7 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
       grads = jax.tree.map(lambda g: g.at[(0,) * g.ndim].set(jnp.nan), grads)
     return out, grads
 
-  monkeypatch.setattr(rl_learner, 'grpo_step', nan_on_first_micro_batch)
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', nan_on_first_micro_batch)
   state0 = rl_learner.make_optimizer(opt).init(params)
   counter = nonfinite.SkipCounter(2)
   new, state, m = _run(params, decisions, opt=opt, state=state0,
@@ -202,14 +202,14 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
   assert counter.consecutive == 0  # pass 2 was finite
   # Pass 1 skipped: pass 2 ran from θ0 with the optimizer state untouched, so the
   # result equals one clean step (θ = θ_old, ρ = 1).
-  monkeypatch.setattr(rl_learner, 'grpo_step', real)
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', real)
   clean, clean_state, _ = _run(params, decisions, opt=opt, state=state0)
   _assert_trees_close(new, clean, rtol=1e-6)
   _assert_trees_close(state, clean_state, rtol=1e-6)
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new))
   # Two skips in a row stop with the update named.
   calls.clear()
-  monkeypatch.setattr(rl_learner, 'grpo_step', lambda *a, **k: (
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', lambda *a, **k: (
       real(*a, **k)[0], jax.tree.map(lambda g: g * jnp.nan, real(*a, **k)[1])))
   with pytest.raises(nonfinite.NonFiniteError, match='phase_b update 5, pass 2/2'):
     _run(params, decisions, opt=opt, ppo=rl_learner.PPOConfig(2, 1),

@@ -197,9 +197,10 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
 
 def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypatch):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
   workdir = _copy_prerequisites(tmp_path)
-  real_update, real_step = rl_learner.learner_update, rl_learner.grpo_step
+  real_update, real_step = rl_learner.learner_update, loss_step.grpo_loss_and_grads
   updates = []
 
   def learner_update(*args, **kwargs):
@@ -213,7 +214,7 @@ def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypat
     return out, grads
 
   monkeypatch.setattr(rl_learner, 'learner_update', learner_update)
-  monkeypatch.setattr(rl_learner, 'grpo_step', grpo_step)
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', grpo_step)
   out = rl_phase.run_rl_phase(_b_config(), workdir)
   assert out['complete'] and out['step'] == 2
   assert updates == ['phase_b update 1', 'phase_b update 2']

@@ -4,7 +4,7 @@ Runs, for a Qwen2.5-0.5B-sized model with random weights (bfloat16 compute, floa
 parameters, decoder-layer rematerialization, attention `--attn_implementation`, auto =
 cuDNN flash attention on GPU), in one process that should finish in well under ten
 minutes on one modern GPU:
-  learner  `train.rl_learner.grpo_step` (reference forward, policy forward + backward,
+  learner  `train.loss_step.grpo_loss_and_grads` (reference forward, policy forward + backward,
            exact KL over the vocabulary in chunks of --loss_chunk_size command
            positions) on B = --learner_batch rows of T = --length tokens, the last
            --command_tokens of each row being the command;
@@ -171,9 +171,9 @@ def learner_check(cfg, params, ref_params, args, peak) -> dict:
   batch = {k: jnp.asarray(x) for k, x in batch.items()}
   t0 = time.perf_counter()
   # The planner's program: the same jitted function and static arguments.
-  compiled = rl_learner.grpo_step.lower(
+  compiled = loss_step.grpo_loss_and_grads.lower(
       params, ref_params, batch,
-      **memory_plan.grpo_step_kwargs(plan_settings(cfg, args))).compile()
+      **memory_plan.learner_step_kwargs(plan_settings(cfg, args))).compile()
   compile_s = time.perf_counter() - t0
   program = memory_plan.program_bytes(compiled)
   temp = program['temp']

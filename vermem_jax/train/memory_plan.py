@@ -5,7 +5,7 @@ For an RL phase's shapes (`PlanSettings`, from a config by `plan_settings`) and 
 inputs carrying the trainer's shardings -- exactly the jitted programs an update runs
 and reads each one's per-device `compiled.memory_analysis()`:
 
-  learner     `rl_learner.grpo_step` on one micro-batch (`batching.micro_batch_size`
+  learner     `loss_step.grpo_loss_and_grads` on one micro-batch (`batching.micro_batch_size`
               rows of the last length bucket, the last command bucket): reference
               forward, policy forward + backward with the config's remat and attention
               kernel, the chunked exact-KL loss (`batching.loss_chunk_size`);
@@ -44,6 +44,7 @@ import ml_collections
 from vermem_jax.models import qwen
 from vermem_jax.models import sampling
 from vermem_jax.models import sharding
+from vermem_jax.rl import loss_step
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_setup
@@ -154,8 +155,9 @@ def learner_batch(s: PlanSettings, mesh: Any = None) -> dict[str, jax.ShapeDtype
   return out
 
 
-def grpo_step_kwargs(s: PlanSettings) -> dict[str, Any]:
-  """The static arguments `rl_learner.learner_update` passes `grpo_step` (first step
+def learner_step_kwargs(s: PlanSettings) -> dict[str, Any]:
+  """The static arguments `rl_learner.learner_update` passes the learner step
+  `loss_step.grpo_loss_and_grads` (first step
   of an update: θ_old's log-probs from the learner, as the default config does)."""
   return dict(model_config=s.model_config, clip_epsilon=s.loss.clip_epsilon,
               kl_beta=s.loss.kl_beta, kl_estimator=s.loss.kl_estimator,
@@ -234,8 +236,8 @@ def make_plan(s: PlanSettings, *, stages: Sequence[str] = STAGES,
            'kv_cache': kv_cache_bytes(s, mesh)}
   replicated = setup_lib.replicated(mesh)
   programs = {
-      'learner': (lambda: rl_learner.grpo_step.lower(
-          params, params, learner_batch(s, mesh), **grpo_step_kwargs(s)),
+      'learner': (lambda: loss_step.grpo_loss_and_grads.lower(
+          params, params, learner_batch(s, mesh), **learner_step_kwargs(s)),
                   ('optimizer', 'grads')),
       'accumulate': (lambda: rl_optimizer.add_grads.lower(grads, grads),
                      ('params', 'reference', 'optimizer')),

@@ -13,7 +13,7 @@ rl.mini_batches_per_iteration = M shuffled mini-batches (a fresh permutation per
 seeded by (seed, update, pass); M = 1 keeps the decisions in order) and ONE optimizer
 step per mini-batch: μ·M steps per update. A mini-batch's decisions become padded
 micro-batches (`batching.micro_batches`, command-token weights divided by that
-mini-batch's N_b decisions); `grpo_step` (loss_step.command_token_stats +
+mini-batch's N_b decisions); `loss_step.grpo_loss_and_grads` (command_token_stats +
 grpo.grpo_loss_from_token_stats, jitted: the head and loss run in chunks of
 `batching.loss_chunk_size` command positions, no [B, L, V] array) returns loss and
 gradient SUMS per micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
@@ -60,7 +60,6 @@ Devices (`train/setup.py`). θ, π_ref and the AdamW state are placed on the
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Any, Mapping, Sequence
 
@@ -70,7 +69,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from vermem_jax.models import qwen
-from vermem_jax.models import sharding
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
@@ -160,54 +158,6 @@ class LossConfig:
       raise ValueError(f'rl.max_log_ratio must be > 0, got {self.max_log_ratio}')
 
 
-@functools.partial(jax.jit, static_argnames=(
-    'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'old_from_learner', 'max_log_ratio', 'loss_chunk_size'))
-def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
-              model_config: qwen.QwenConfig, clip_epsilon: float, kl_beta: float,
-              kl_estimator: str, temperature: float, old_from_learner: bool,
-              max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO,
-              loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE):
-  """Summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
-
-  Same computation as `loss_step.grpo_loss_and_grads` (policy and reference statistics at
-  the command positions only, in vocabulary chunks of `loss_chunk_size` positions:
-  no [B, L, V] array; `grpo.grpo_loss_from_token_stats`), plus the learner's own
-  log π_θ(y_j | h_j) at `temperature`. With `old_from_learner` (only at θ = θ_old,
-  the update's first step), θ_old's log-probs are those values under stop_gradient:
-  ρ = exp(log π_θ − sg(log π_θ)) = 1 and ∇ρ = ∇ log π_θ, without a second forward pass
-  (module docstring). Otherwise batch['old_logprobs'] is used.
-
-  Args:
-    params, ref_params: θ and θ_ref parameter trees.
-    batch: `batching.to_step_batch` arrays ([B, T] model inputs, [B, L] loss layout).
-    model_config, clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio:
-      static settings.
-    old_from_learner: see above.
-    loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
-  Returns:
-    ((loss_sum, num_decisions, metrics, learner_logprobs [B, L] float32 (0 on
-    padding)), grads of loss_sum) — sums, not yet divided by the mini-batch's N_b.
-  """
-  mask = batch['command_ids'] > 0
-
-  def loss_fn(p):
-    stats = loss_step.command_token_stats(
-        model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
-        kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
-        chunk_size=loss_chunk_size)
-    logp = jnp.where(mask, jax.lax.stop_gradient(stats['logp']), 0.0)
-    loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
-    loss_sum, num, metrics = grpo.grpo_loss_from_token_stats(
-        stats, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, max_log_ratio=max_log_ratio)
-    return loss_sum, (num, metrics, logp)
-
-  (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
-      loss_fn, has_aux=True)(params)
-  return (loss_sum, num, metrics, logp), sharding.constrain_params(grads)
-
-
 @dataclasses.dataclass
 class _Step:
   """One optimizer step of learner_update (host-side record)."""
@@ -233,7 +183,7 @@ def _mini_batch_step(params, ref_params, opt_state, subset, *, old_from_learner,
   for mb in mbs:
     step_batch = batching.to_step_batch(mb)
     with setup_lib.mesh_context(mesh):
-      (l, _, m, learner_lp), grads = grpo_step(
+      (l, _, m, learner_lp), grads = loss_step.grpo_loss_and_grads(
           params, ref_params, setup_lib.place_batch(step_batch, mesh),
           old_from_learner=old_from_learner, **kw)
       grad_sum = _add_grads(grad_sum, grads)
