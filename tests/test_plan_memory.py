@@ -63,7 +63,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     from experiments.configs import common
     from vermem_jax.models import qwen, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import rl_learner, setup
+    from vermem_jax.train import optim, rl_learner, setup
 
     cfg = qwen.QwenConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
                           num_hidden_layers=2, num_attention_heads=4,
@@ -83,7 +83,8 @@ _FSDP_SCRIPT = textwrap.dedent("""
     updates = [decisions(k) for k in range(3)]
     bcfg = batching.BatchingConfig(micro_batch_size=8, length_buckets=(64,),
                                    command_buckets=(16,))
-    ropt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+    ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                                 lr_schedule='constant')
     tx = rl_learner.make_optimizer(ropt)
     kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
               opt=ropt, pad_id=0)

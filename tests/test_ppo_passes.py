@@ -16,6 +16,7 @@ from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import loss_step
 from vermem_jax.train import nonfinite
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 
 # A small vocabulary keeps the NumPy reference over [B, L, V] logits cheap.
@@ -82,7 +83,8 @@ def _one_step_reference(params, ref, state, decisions, opt, *, old_from_learner)
 
 def test_one_iteration_is_unchanged(setup):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   ref = jax.tree.map(lambda x: x * 1.01, params)
   state0 = rl_learner.make_optimizer(opt).init(params)
   new, state, m = _run(params, decisions, opt=opt, ref=ref, state=state0)
@@ -110,7 +112,8 @@ def _log_softmax(x):
 
 def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=3e-2)
+  opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   n = len(decisions)
   applied = []  # (params, summed gradient) of every optimizer step
   real_apply = rl_learner.apply_update
@@ -150,7 +153,8 @@ def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
 
 def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=3e-2)
+  opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   ppo = rl_learner.PPOConfig(1, 2)
   got, _, m = _run(params, decisions, opt=opt, ppo=ppo, shuffle_seed=(7, 3))
   first, second = batching.mini_batch_partition(len(decisions), 2,
@@ -181,7 +185,8 @@ def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
 
 def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   real = loss_step.grpo_loss_and_grads
   calls = []
 

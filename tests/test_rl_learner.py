@@ -7,6 +7,7 @@ import pytest
 
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 
 
@@ -39,7 +40,8 @@ def test_learner_update_loss_is_minus_mean_advantage_at_theta_ref():
   decisions = _decisions(rng, 5, adv, lengths)
   bcfg = batching.BatchingConfig(micro_batch_size=2, length_buckets=(64,),
                                  command_buckets=(8,))
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   new_params, _, m = rl_learner.learner_update(
       params, params, rl_learner.make_optimizer(opt).init(params), decisions,
       model_config=mc, batching_config=bcfg, loss=rl_learner.LossConfig(), opt=opt,
@@ -75,7 +77,8 @@ def test_sampler_logprobs_mode_uses_the_recorded_numbers():
     shifted.append(batching.DecisionTokens(d.prompt_tokens, d.command_tokens,
                                            tuple(float(x) for x in recorded),
                                            d.advantage))
-  opt = rl_learner.RLOptimizerConfig()
+  opt = optim.OptimizerConfig(learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   _, _, m = rl_learner.learner_update(
       params, params, rl_learner.make_optimizer(opt).init(params), shifted,
       model_config=mc, batching_config=bcfg,
@@ -94,7 +97,8 @@ def test_learner_update_is_independent_of_the_micro_batch_split():
   ref = jax.tree.map(lambda x: x + 0.01 * jnp.sign(x), params)  # θ_ref != θ: KL > 0
   rng = np.random.default_rng(1)
   decisions = _decisions(rng, 5, rng.normal(size=5), [2, 5, 1, 6, 3])
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   outs = []
   for mb in (8, 2):
     bcfg = batching.BatchingConfig(micro_batch_size=mb, length_buckets=(64,),

@@ -250,12 +250,12 @@ def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
   from vermem_jax.train import rl_selection
   scores = iter([0.9, 0.9, 0.2])
 
-  def fake_dev_evaluation(specs, policy, solver, **kw):
-    assert policy.greedy and kw['metric'] == 'r_task'
-    return {'dev/score': next(scores), 'dev/episodes': float(len(specs))}
+  def fake_selection_figures(records, metric):
+    assert metric == 'r_task'
+    return {'dev/score': next(scores), 'dev/episodes': float(len(records))}
 
   workdir = _copy_prerequisites(tmp_path / 'select')  # may run the curriculum: first
-  monkeypatch.setattr(rl_selection, 'dev_evaluation', fake_dev_evaluation)
+  monkeypatch.setattr(rl_selection, 'selection_figures', fake_selection_figures)
   config = tiny_config('phase_b', **{'rl.num_updates': 3, 'rl.eval_every': 1})
   out = rl_phase.run_rl_phase(config, workdir)
   assert out['selected_step'] == 2 and out['step'] == 3

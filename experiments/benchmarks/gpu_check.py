@@ -60,8 +60,8 @@ from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.models import sampling  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import memory_plan  # noqa: E402
+from vermem_jax.train import optim  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
-from vermem_jax.train import rl_optimizer  # noqa: E402
 
 GIB = 1024 ** 3
 # Dense bf16 peak TFLOP/s by device kind substring (vendor data sheets, SXM parts).
@@ -136,7 +136,8 @@ def plan_settings(cfg: qwen.QwenConfig, args) -> memory_plan.PlanSettings:
       length=args.length, command_tokens=args.command_tokens,
       loss_chunk_size=args.loss_chunk_size,
       loss=rl_learner.LossConfig(old_logprobs='learner'),
-      opt=rl_optimizer.RLOptimizerConfig(), rollout_rows=args.decode_batch,
+      opt=optim.OptimizerConfig(learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
+                                lr_schedule='constant'), rollout_rows=args.decode_batch,
       shared_prefill_rows=args.decode_batch, prompt_len=args.length - args.new_tokens,
       max_new_tokens=args.new_tokens, do_sample=False)
 

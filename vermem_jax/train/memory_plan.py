@@ -45,6 +45,7 @@ from vermem_jax.models import qwen
 from vermem_jax.models import sampling
 from vermem_jax.models import sharding
 from vermem_jax.rl import loss_step
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_setup
@@ -72,7 +73,7 @@ class PlanSettings:
     micro_batch: learner rows per micro-batch; length: T tokens per row (the last
       length bucket); command_tokens: L (the last command bucket).
     loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
-    loss: rl_learner.LossConfig; opt: rl_optimizer.RLOptimizerConfig.
+    loss: rl_learner.LossConfig; opt: optim.OptimizerConfig.
     rollout_rows: sampler batch B (tasks x rollouts); shared_prefill_rows: prompts
       prefilled at a rollout's first decision (one per task, rounded up to a power of
       two as `generate` does; = rollout_rows without share_prefill).
@@ -86,7 +87,7 @@ class PlanSettings:
   command_tokens: int
   loss_chunk_size: int | None
   loss: rl_learner.LossConfig
-  opt: rl_optimizer.RLOptimizerConfig
+  opt: optim.OptimizerConfig
   rollout_rows: int
   shared_prefill_rows: int
   prompt_len: int

@@ -74,6 +74,7 @@ from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
 from vermem_jax.train import distributed
 from vermem_jax.train import nonfinite
+from vermem_jax.train import optim
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import setup as setup_lib
 
@@ -107,7 +108,6 @@ def learner_batching_config(bcfg: batching.BatchingConfig, *, policy_input_limit
 
 
 # The optimizer side (train/rl_optimizer.py), re-exported for the trainers and tests.
-RLOptimizerConfig = rl_optimizer.RLOptimizerConfig
 PPOConfig = rl_optimizer.PPOConfig
 make_optimizer = rl_optimizer.make_optimizer
 optimizer_config_from = rl_optimizer.optimizer_config_from
@@ -227,7 +227,7 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
 def learner_update(params: Any, ref_params: Any, opt_state: Any,
                    decisions: Sequence[batching.DecisionTokens], *,
                    model_config: qwen.QwenConfig, batching_config: batching.BatchingConfig,
-                   loss: LossConfig, opt: RLOptimizerConfig, pad_id: int,
+                   loss: LossConfig, opt: optim.OptimizerConfig, pad_id: int,
                    mesh: jax.sharding.Mesh | None = None, ppo: PPOConfig = PPOConfig(),
                    shuffle_seed: Sequence[int] = (0,),
                    skip_counter: nonfinite.SkipCounter | None = None,
