@@ -86,8 +86,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
     tx = rl_learner.make_optimizer(ropt)
-    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
-              opt=ropt, pad_id=0)
+    lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
     mesh = setup.make_mesh_from(common.get_config('phase_b', 'scale=paper'))
     assert tuple(mesh.shape.values()) == (1, 8, 1), mesh.shape
     one = jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), params)
@@ -97,8 +96,8 @@ _FSDP_SCRIPT = textwrap.dedent("""
     s8 = setup.init_opt_state(tx.init, p8, mesh)
     losses = []
     for d in updates:
-      p1, s1, m1 = rl_learner.learner_update(p1, ref, s1, d, **kw)
-      p8, s8, m8 = rl_learner.learner_update(p8, r8, s8, d, mesh=mesh, **kw)
+      p1, s1, m1 = rl_learner.learner_update(p1, ref, s1, d, lc)
+      p8, s8, m8 = rl_learner.learner_update(p8, r8, s8, d, lc, mesh=mesh)
       losses.append([m1['train/loss'], m8['train/loss'], m1['train/grad_norm'],
                      m8['train/grad_norm']])
     diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))

@@ -45,8 +45,8 @@ def _run(params, decisions, *, opt, ppo=rl_learner.PPOConfig(), loss=LOSS, ref=N
          state=None, **kw):
   state = rl_learner.make_optimizer(opt).init(params) if state is None else state
   return rl_learner.learner_update(
-      params, params if ref is None else ref, state, decisions, model_config=MC,
-      batching_config=BCFG, loss=loss, opt=opt, pad_id=0, ppo=ppo, **kw)
+      params, params if ref is None else ref, state, decisions,
+      rl_learner.LearnerConfig(MC, BCFG, opt, loss=loss, ppo=ppo), **kw)
 
 
 def _assert_trees_close(a, b, rtol=1e-6, atol=0.0):

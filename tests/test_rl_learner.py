@@ -44,8 +44,7 @@ def test_learner_update_loss_is_minus_mean_advantage_at_theta_ref():
                               lr_schedule='constant')
   new_params, _, m = rl_learner.learner_update(
       params, params, rl_learner.make_optimizer(opt).init(params), decisions,
-      model_config=mc, batching_config=bcfg, loss=rl_learner.LossConfig(), opt=opt,
-      pad_id=0)
+      rl_learner.LearnerConfig(mc, bcfg, opt))
   assert m['train/loss'] == pytest.approx(-adv.mean(), abs=1e-5)
   # A per-token mean would give −Σ L_d A_d / Σ L_d instead.
   assert abs(-(adv * lengths).sum() / sum(lengths) - (-adv.mean())) > 0.1
@@ -81,8 +80,8 @@ def test_sampler_logprobs_mode_uses_the_recorded_numbers():
                               lr_schedule='constant')
   _, _, m = rl_learner.learner_update(
       params, params, rl_learner.make_optimizer(opt).init(params), shifted,
-      model_config=mc, batching_config=bcfg,
-      loss=rl_learner.LossConfig(old_logprobs='sampler'), opt=opt, pad_id=0)
+      rl_learner.LearnerConfig(mc, bcfg, opt,
+                               loss=rl_learner.LossConfig(old_logprobs='sampler')))
   assert m['train/ratio'] == pytest.approx(1 / 0.95, rel=1e-4)
   assert m['train/sampler_logprob_gap'] == pytest.approx(-np.log(0.95), abs=1e-4)
   # min(ρA, clip(ρ)A) with ρ = 1/0.95 < 1 + ε: the loss is −mean(ρ A).
@@ -105,8 +104,7 @@ def test_learner_update_is_independent_of_the_micro_batch_split():
                                    command_buckets=(8,))
     outs.append(rl_learner.learner_update(
         params, ref, rl_learner.make_optimizer(opt).init(params), decisions,
-        model_config=mc, batching_config=bcfg, loss=rl_learner.LossConfig(), opt=opt,
-        pad_id=0))
+        rl_learner.LearnerConfig(mc, bcfg, opt)))
   (p1, _, m1), (p2, _, m2) = outs
   assert m1['train/kl'] > 1e-6
   assert m1['train/loss'] == pytest.approx(m2['train/loss'], rel=1e-5)

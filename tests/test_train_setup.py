@@ -71,13 +71,12 @@ _SCRIPT = textwrap.dedent("""
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
     tx = rl_learner.make_optimizer(ropt)
-    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
-              opt=ropt, pad_id=0)
-    q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, **kw)
+    lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
+    q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, lc)
     refs = sharding.shard_params(ref, mesh)
     q2, t2, n2 = rl_learner.learner_update(ps, refs,
                                            setup.init_opt_state(tx.init, ps, mesh),
-                                           decisions, mesh=mesh, **kw)
+                                           decisions, lc, mesh=mesh)
     out['grpo'] = {k: [n1[k], n2[k]] for k in ('train/loss', 'train/kl',
                                                'train/grad_norm')}
     out['grpo'].update(param_diff=max_diff(q1, q2), opt_diff=max_diff(t1, t2),

@@ -185,9 +185,8 @@ def main():
       entry['same_commands'] = bool(len(base.decisions) == len(result.decisions)
                                     and all(same))
     params, opt_state, learn = rl_learner.learner_update(
-        params, ref_params, opt_state, result.decision_tokens(), model_config=mc,
-        batching_config=setup.batching_config, loss=setup.loss, opt=setup.opt,
-        pad_id=int(setup.tokenizer.pad_token_id))
+        params, ref_params, opt_state, result.decision_tokens(),
+        dataclasses.replace(setup.learner, model_config=mc))
     jax.block_until_ready(params)
     t2 = time.perf_counter()
     total = t2 - t0

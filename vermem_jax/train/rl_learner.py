@@ -224,11 +224,29 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+  """What the learner update reads (config sections `model`, `batching`, `rl`).
+
+  Attributes:
+    model_config: the policy's QwenConfig.
+    batching_config: learner shapes (`learner_batching_config`).
+    opt: the optimizer (optim.OptimizerConfig, section `rl`).
+    loss: ε, β, KL estimator, loss temperature, θ_old log-prob source, log-ratio clamp.
+    ppo: μ passes and M mini-batches per pass.
+    pad_id: the tokenizer's padding id.
+  """
+  model_config: qwen.QwenConfig
+  batching_config: batching.BatchingConfig
+  opt: optim.OptimizerConfig
+  loss: LossConfig = LossConfig()
+  ppo: PPOConfig = PPOConfig()
+  pad_id: int = 0
+
+
 def learner_update(params: Any, ref_params: Any, opt_state: Any,
-                   decisions: Sequence[batching.DecisionTokens], *,
-                   model_config: qwen.QwenConfig, batching_config: batching.BatchingConfig,
-                   loss: LossConfig, opt: optim.OptimizerConfig, pad_id: int,
-                   mesh: jax.sharding.Mesh | None = None, ppo: PPOConfig = PPOConfig(),
+                   decisions: Sequence[batching.DecisionTokens], learner: LearnerConfig,
+                   *, mesh: jax.sharding.Mesh | None = None,
                    shuffle_seed: Sequence[int] = (0,),
                    skip_counter: nonfinite.SkipCounter | None = None,
                    label: str = 'update') -> tuple[Any, Any, dict[str, float]]:
@@ -240,16 +258,11 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     opt_state: optimizer state.
     decisions: the update's N decisions (prompt ids [T_in], command ids [L], sampler
       logprobs [L], A^hier fixed by the rollout pass), ∅ and rejected commands included.
-    model_config: policy QwenConfig.
-    batching_config: learner shapes.
-    loss: ε, β, KL estimator, loss temperature, θ_old log-prob source, log-ratio clamp.
-    opt: optimizer settings.
-    pad_id: padding token id.
+    learner: model, learner shapes, optimizer, loss, PPO passes, padding id.
     mesh: the training mesh (`setup.make_mesh_from`; params, ref_params and opt_state
       already placed on it): micro-batch rows are split over ('data', 'fsdp'), the
       model's activation constraints apply, gradient sums are sharded like the params.
       None = single-device behaviour (arrays as placed).
-    ppo: μ and M.
     shuffle_seed: ints seeding the mini-batch permutations (e.g. (seed, update)); pass
       p uses NumPy's default_rng([*shuffle_seed, p]).
     skip_counter: books every step's finiteness and raises NonFiniteError after too
@@ -273,6 +286,8 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     ValueError: no decisions, or a decision longer than the learner shapes.
     nonfinite.NonFiniteError: from `skip_counter`.
   """
+  model_config, batching_config = learner.model_config, learner.batching_config
+  loss, opt, ppo, pad_id = learner.loss, learner.opt, learner.ppo, learner.pad_id
   n = len(decisions)
   if n == 0:
     raise ValueError('an update needs at least one decision')

@@ -224,10 +224,8 @@ class _RLPhase:
     t1 = time.perf_counter()
     self.params, self.opt_state, learn = rl_learner.learner_update(
         self.params, self.ref_params, self.opt_state, result.decision_tokens(),
-        model_config=setup.model_config, batching_config=setup.batching_config,
-        loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=self.mesh,
-        ppo=setup.ppo, shuffle_seed=(self.seed, n), skip_counter=self.runner.skips,
-        label=f'{self.phase} update {n}')
+        setup.learner, mesh=self.mesh, shuffle_seed=(self.seed, n),
+        skip_counter=self.runner.skips, label=f'{self.phase} update {n}')
     jax.block_until_ready(self.params)
     t2 = time.perf_counter()
     row = dict(_numeric(result.metrics))

@@ -95,6 +95,14 @@ class PhaseSetup:
   construction: list
   dev_pool: list
 
+  @property
+  def learner(self) -> rl_learner.LearnerConfig:
+    """The learner update's settings."""
+    return rl_learner.LearnerConfig(
+        model_config=self.model_config, batching_config=self.batching_config,
+        opt=self.opt, loss=self.loss, ppo=self.ppo,
+        pad_id=int(self.tokenizer.pad_token_id))
+
 
 def check_phase(config: ml_collections.ConfigDict) -> str:
   """config.phase ('phase_a' | 'phase_b' | 'phase_c') after the RL-only field checks.
