@@ -214,12 +214,9 @@ class _RLPhase:
     # update's (process_split.gather_result; itself with one process).
     result = rollout.collect_update(
         [setup.train_specs[i] for i in process_split.split_tasks(task_ids, self.group)],
-        self.policy, setup.solver, setup.verifier,
+        self.policy, setup.solver, setup.verifier, setup.collect,
         rng=task_selection.update_rng(self.seed, n), count_tokens=tok.count_tokens,
-        rollouts_per_task=setup.rollout_config.rollouts_per_task,
-        running_stats=self.running, executor_config=setup.executor_config,
-        env_config=setup.env_config, advantage_config=setup.advantage_config,
-        reward_config=setup.reward_config, phase=self.phase, update=n, group=self.group)
+        running_stats=self.running, phase=self.phase, update=n, group=self.group)
     result = process_split.gather_result(result, self.group)
     t1 = time.perf_counter()
     self.params, self.opt_state, learn = rl_learner.learner_update(

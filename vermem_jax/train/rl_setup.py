@@ -96,6 +96,14 @@ class PhaseSetup:
   dev_pool: list
 
   @property
+  def collect(self) -> rollout.CollectConfig:
+    """How an update's rollouts are run and scored."""
+    return rollout.CollectConfig(
+        rollouts_per_task=self.rollout_config.rollouts_per_task,
+        executor_config=self.executor_config, env_config=self.env_config,
+        advantage_config=self.advantage_config, reward_config=self.reward_config)
+
+  @property
   def learner(self) -> rl_learner.LearnerConfig:
     """The learner update's settings."""
     return rl_learner.LearnerConfig(
