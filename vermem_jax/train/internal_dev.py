@@ -1,6 +1,6 @@
 """Greedy internal-dev episodes of a policy: the figures a phase summary reports.
 
-`evaluate_dev_episodes(policy, specs, solver, ...)` runs each internal-dev EpisodeSpec
+`run_dev_episodes(specs, policy, solver, ...)` runs each internal-dev EpisodeSpec
 once (SPEC §7 protocol for the episode: greedy policy decoding, temperature 0, no
 verifier) through the batched episode loop (`envs.environment.run_episodes`) and
 scores every trajectory with the reward functions of `rl.rewards`:
@@ -40,7 +40,7 @@ from vermem_jax.rl import task_selection
 # Printed beside figures that the CPU stand-ins produce (GUIDE: label them).
 STAND_IN_NOTE = ('CPU stand-ins: oracle-evidence reader as task solver, heuristic '
                  'verifier; not a model judge')
-# Keys of `evaluate_dev_episodes`'s result that are means over episodes.
+# Keys of `summary`'s result that are means over episodes.
 EPISODE_METRICS = ('r_task', 'r_sup', 'p_aux', 'm_ans', 'rejected_rate',
                    'decisions_per_episode', 'tool_calls_per_episode')
 
@@ -133,17 +133,6 @@ def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
               'tool_calls_per_episode': sum(r['tool_calls'] for r in records) / n})
   out.update(op_shares(sum((r['ops'] for r in records), collections.Counter())))
   return out
-
-
-def evaluate_dev_episodes(policy: Callable[[Sequence[str], Any], Sequence[Any]],
-                          specs: Sequence[environment.EpisodeSpec], solver: Any, *,
-                          count_tokens: Callable[[str], int], executor_config: Any,
-                          env_config: environment.EnvConfig = environment.EnvConfig(),
-                          rng: Any = 0) -> dict[str, float]:
-  """`summary(run_dev_episodes(...))` (same arguments; see there)."""
-  return summary(run_dev_episodes(specs, policy, solver, count_tokens=count_tokens,
-                                  executor_config=executor_config,
-                                  env_config=env_config, rng=rng))
 
 
 def op_shares(ops: Mapping[str, int]) -> dict[str, float]:
