@@ -316,6 +316,17 @@ def _random_case(rng, seed):
   return b, rs_init, lam
 
 
+def test_every_mode_has_one_formula_in_the_table():
+  assert tuple(A.MODE_FORMULAS) == A.MODES
+  # Hand-computed: λ_l = 2, λ_g = 3, λ_c = 5 on A^local = 1, A^global = 10, A^task = 100,
+  # c = 0.1 (Eq. 5 and the Table 4 rows).
+  cfg = A.AdvantageConfig(lambda_local=2.0, lambda_global=3.0, lambda_constraint=5.0)
+  got = {m: float(f(np.array([1.0]), np.array([10.0]), np.array([100.0]),
+                    np.array([0.1]), cfg)[0]) for m, f in A.MODE_FORMULAS.items()}
+  assert got == pytest.approx({'full': 2 + 30 - 0.5, 'no_verify': 300 - 0.5,
+                               'plus_local': 300 + 2 - 0.5, 'plus_global': 30 - 0.5})
+
+
 @pytest.mark.parametrize('mode', A.MODES)
 def test_each_mode_matches_the_paper_definition_on_random_groups(mode):
   for seed in range(5):

@@ -4,7 +4,7 @@ import pytest
 
 from experiments.configs import common
 from experiments.configs.parts import derived
-from experiments.configs.parts import library
+from vermem_jax import config_util
 from vermem_jax.rl import batching as bt
 
 
@@ -189,7 +189,8 @@ def test_decision_from_policy_output():
 def test_config_section_builds_batching_config():
   for scale in ('tiny', 'paper'):
     c = common.get_config('phase_b', f'scale={scale}')
-    bc = library.to_dataclass(bt.BatchingConfig, c.batching)
+    bc = config_util.dataclass_from_mapping(bt.BatchingConfig, c.batching.to_dict(),
+                                            strict=True)
     # The longest row: x_t + chat-template framing + command.
     assert bc.length_buckets[-1] == (c.memory.policy_input_limit +
                                      c.sampling.prompt_overhead_tokens +
@@ -206,7 +207,8 @@ def test_full_length_decision_fits_the_config_buckets():
   # framing, a max-length command) packs into the largest bucket, at both scales.
   for scale in ('tiny', 'paper'):
     c = common.get_config('phase_b', f'scale={scale}')
-    bc = library.to_dataclass(bt.BatchingConfig, c.batching)
+    bc = config_util.dataclass_from_mapping(bt.BatchingConfig, c.batching.to_dict(),
+                                            strict=True)
     prompt = [7] * (c.memory.policy_input_limit + c.sampling.prompt_overhead_tokens)
     cmd = [9] * c.sampling.max_command_tokens
     d = bt.DecisionTokens(prompt, cmd, [-0.1] * len(cmd), 1.0)

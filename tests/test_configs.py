@@ -371,17 +371,13 @@ def test_context_budget_is_one_shared_field():
   validation.validate_config(c)
 
 
-def test_to_dataclass():
-  @dataclasses.dataclass
-  class Small:
-    mode: str = 'full'
-    clip: float = 1.0
-
-  section = {'mode': 'no_verify', 'clip': 2.0, 'extra': 1}
-  with pytest.raises(ValueError, match=r"Small has no field\(s\) \['extra'\]"):
-    library.to_dataclass(Small, section)
-  assert library.to_dataclass(Small, section, strict=False) == Small('no_verify', 2.0)
-  assert library.to_dataclass(Small, {'mode': 'x'}, clip=3.0) == Small('x', 3.0)
+def test_library_configs_name_the_section_of_an_unknown_key():
+  c = common.get_config('phase_b')
+  with c.unlocked():
+    c.advantage.extra_field = 1
+  with pytest.raises(ValueError, match=r"config.advantage: unknown AdvantageConfig config "
+                                       r"keys \['extra_field'\]"):
+    library.library_configs(c)
 
 
 @pytest.mark.parametrize('scale, prompt, length', [

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import grpo_reference
 from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
 
@@ -82,7 +83,7 @@ def _random_case(seed, b=3, l=7, v=11):
 def test_loss_matches_numpy_reference(est):
   for seed in range(3):
     logits, ref_logits, batch = _random_case(seed)
-    fn = jax.jit(functools.partial(grpo.grpo_loss_from_logits, clip_epsilon=0.2,
+    fn = jax.jit(functools.partial(grpo_reference.grpo_loss_from_logits, clip_epsilon=0.2,
                                    kl_beta=0.1, kl_estimator=est, temperature=0.7))
     loss, n, m = fn(logits, ref_logits, batch)
     ref, ref_n, st = _ref_loss(logits, ref_logits, batch, 0.2, 0.1, est, 0.7)
@@ -124,7 +125,7 @@ def test_masked_slots_do_not_matter():
   logits, ref_logits, batch = _random_case(4)
   masked = np.asarray(batch['command_ids']) == 0
   fn = jax.jit(jax.value_and_grad(
-      lambda lg, b: grpo.grpo_loss_from_logits(lg, ref_logits, b, temperature=0.7)[0]))
+      lambda lg, b: grpo_reference.grpo_loss_from_logits(lg, ref_logits, b, temperature=0.7)[0]))
   loss0, g0 = fn(logits, batch)
   bad = dict(batch)
   bad['advantages'] = np.where(masked, 1e6, batch['advantages']).astype(np.float32)
@@ -190,7 +191,7 @@ def test_gradient_wrt_full_sequence_logits_is_zero_off_commands(est):
   def loss(full, full_ref):
     lg = grpo.gather_positions(full, sb['command_positions'])
     rf = grpo.gather_positions(full_ref, sb['command_positions'])
-    return grpo.grpo_loss_from_logits(lg, rf, sb, kl_estimator=est, temperature=0.7)[0]
+    return grpo_reference.grpo_loss_from_logits(lg, rf, sb, kl_estimator=est, temperature=0.7)[0]
 
   g = np.asarray(jax.jit(jax.grad(loss))(full_logits, full_ref))
   predicting = np.zeros(lb['input_ids'].shape, bool)
@@ -204,9 +205,9 @@ def test_identical_policies_give_minus_mean_advantage_and_zero_kl():
   logits, _, batch = _random_case(5)
   batch = dict(batch)
   batch['old_logprobs'] = np.asarray(
-      grpo.token_logprobs_from_logits(logits, batch['target_ids'], temperature=0.7))
+      grpo_reference.token_logprobs_from_logits(logits, batch['target_ids'], temperature=0.7))
   for est in ('exact', 'k3'):
-    loss, n, m = grpo.grpo_loss_from_logits(logits, logits, batch, kl_estimator=est,
+    loss, n, m = grpo_reference.grpo_loss_from_logits(logits, logits, batch, kl_estimator=est,
                                             temperature=0.7)
     per_decision = [batch['advantages'][0, 0], batch['advantages'][0, 3],
                     batch['advantages'][1, 0]]
@@ -243,7 +244,7 @@ def test_microbatches_of_unequal_size_accumulate_to_whole_batch():
     @jax.jit
     def step(w, h, batch):
       def f(w):
-        loss, n, m = grpo.grpo_loss_from_logits(h @ w, h @ w_ref, batch,
+        loss, n, m = grpo_reference.grpo_loss_from_logits(h @ w, h @ w_ref, batch,
                                                 temperature=0.7)
         return loss, (n, m)
       (loss, (n, m)), g = jax.value_and_grad(f, has_aux=True)(w)
@@ -271,7 +272,7 @@ def test_microbatches_of_unequal_size_accumulate_to_whole_batch():
 @pytest.mark.parametrize('reduction', ['token', 'decision', 'sequence'])
 def test_command_nll_matches_reference(reduction):
   logits, _, batch = _random_case(7)
-  total, count, m = grpo.command_nll_from_logits(logits, batch, reduction=reduction)
+  total, count, m = grpo_reference.command_nll_from_logits(logits, batch, reduction=reduction)
   lp = _log_softmax(logits.astype(np.float64))
   cid = batch['command_ids']
   per = {}
@@ -293,17 +294,17 @@ def test_command_nll_matches_reference(reduction):
 def test_bad_arguments_raise():
   logits, ref_logits, batch = _random_case(8)
   with pytest.raises(ValueError, match="kl_estimator"):
-    grpo.grpo_loss_from_logits(logits, ref_logits, batch, kl_estimator='k2')
+    grpo_reference.grpo_loss_from_logits(logits, ref_logits, batch, kl_estimator='k2')
   with pytest.raises(ValueError, match="ref_logits is required"):
-    grpo.grpo_loss_from_logits(logits, None, batch)
+    grpo_reference.grpo_loss_from_logits(logits, None, batch)
   with pytest.raises(ValueError, match="missing"):
-    grpo.grpo_loss_from_logits(logits, ref_logits, {'target_ids': batch['target_ids']})
+    grpo_reference.grpo_loss_from_logits(logits, ref_logits, {'target_ids': batch['target_ids']})
   with pytest.raises(ValueError, match="shape"):
-    grpo.grpo_loss_from_logits(logits[:, :3], ref_logits[:, :3], batch)
+    grpo_reference.grpo_loss_from_logits(logits[:, :3], ref_logits[:, :3], batch)
   with pytest.raises(ValueError, match="temperature"):
-    grpo.grpo_loss_from_logits(logits, ref_logits, batch, temperature=0.0)
+    grpo_reference.grpo_loss_from_logits(logits, ref_logits, batch, temperature=0.0)
   # kl_beta = 0 needs no reference policy.
-  loss, n, _ = grpo.grpo_loss_from_logits(logits, None, batch, kl_beta=0.0)
+  loss, n, _ = grpo_reference.grpo_loss_from_logits(logits, None, batch, kl_beta=0.0)
   assert np.isfinite(float(loss)) and float(n) == 3
 
 
@@ -328,7 +329,7 @@ def _model_batch(v, seed=0):
 def test_model_step_matches_full_logits_path(tiny_model):
   qwen, cfg, params, ref_params = tiny_model
   sb = _model_batch(cfg.vocab_size)
-  (loss, n, m), grads = loss_step.grpo_loss_and_grads(
+  (loss, n, m, _), grads = loss_step.grpo_loss_and_grads(
       params, ref_params, sb, model_config=cfg, temperature=0.7)
 
   # Independent path: full [B, T, V] logits from Qwen.apply, then gather.
@@ -339,7 +340,7 @@ def test_model_step_matches_full_logits_path(tiny_model):
                            attention_mask=sb['attention_mask'])
     lg = grpo.gather_positions(full, sb['command_positions'])
     rf = grpo.gather_positions(ref_full, sb['command_positions'])
-    return grpo.grpo_loss_from_logits(lg, rf, sb, temperature=0.7)[0]
+    return grpo_reference.grpo_loss_from_logits(lg, rf, sb, temperature=0.7)[0]
 
   ref_loss, ref_grads = jax.jit(jax.value_and_grad(full_path))(params)
   assert float(n) == 3
@@ -354,7 +355,7 @@ def test_model_step_with_identical_policies(tiny_model):
   sb = dict(_model_batch(cfg.vocab_size, seed=1))
   old = loss_step.policy_logprobs(params, sb, model_config=cfg, temperature=0.7)
   sb['old_logprobs'] = np.asarray(old)
-  (loss, n, m), _ = loss_step.grpo_loss_and_grads(params, params, sb, model_config=cfg,
+  (loss, n, m, _), _ = loss_step.grpo_loss_and_grads(params, params, sb, model_config=cfg,
                                              temperature=0.7)
   cid, adv = sb['command_ids'], sb['advantages']
   per_decision = [adv[r, j] for r in range(cid.shape[0]) for j in range(cid.shape[1])
@@ -371,7 +372,7 @@ def test_model_step_microbatches_float32(tiny_model):
   lb = {k: np.concatenate([lb0[k], lb1[k][:1]]) for k in lb0}
   sb = grpo.select_command_tokens(lb, 8)
   step = functools.partial(loss_step.grpo_loss_and_grads, model_config=cfg, temperature=0.7)
-  (loss, n, _), g = step(params, ref_params, sb)
+  (loss, n, _, _), g = step(params, ref_params, sb)
   # Rows [0, 2) reuse the [2, T] compilation of the other model tests.
   parts = [{k: x[a:b] for k, x in sb.items()} for a, b in ((0, 2), (2, 3))]
   outs = [step(params, ref_params, p) for p in parts]
@@ -451,7 +452,7 @@ def test_second_pass_loss_and_logit_gradient_match_numpy_ppo():
         lp_old, batch['target_ids'][..., None], -1)[..., 0].astype(np.float32)
     logits = (old_logits + rng.normal(size=old_logits.shape) * 0.6).astype(np.float32)
     fn = jax.jit(jax.value_and_grad(
-        lambda lg: grpo.grpo_loss_from_logits(lg, ref_logits, batch, temperature=0.7,
+        lambda lg: grpo_reference.grpo_loss_from_logits(lg, ref_logits, batch, temperature=0.7,
                                               clip_epsilon=0.2, kl_beta=0.1)[0]))
     loss, grad = fn(logits)
     ref, ref_grad, ratios = ref_ppo_loss_and_logit_grad(logits, ref_logits, batch, 0.2,
@@ -459,7 +460,7 @@ def test_second_pass_loss_and_logit_gradient_match_numpy_ppo():
     np.testing.assert_allclose(float(loss), ref, rtol=RTOL)
     np.testing.assert_allclose(np.asarray(grad), ref_grad, rtol=RTOL, atol=1e-7)
     assert np.all(np.abs(ratios - 1) > 1e-3)
-    m = grpo.finalize_metrics(grpo.grpo_loss_from_logits(
+    m = grpo.finalize_metrics(grpo_reference.grpo_loss_from_logits(
         logits, ref_logits, batch, temperature=0.7)[2])
     assert m['clip_fraction'] == pytest.approx(np.mean(np.abs(ratios - 1) > 0.2))
     assert m['clip_fraction'] > 0

@@ -173,3 +173,29 @@ def test_retryable_status_table():
       True] * 6
   assert [http_chat.is_retryable_status(s) for s in (400, 401, 403, 404, 422)] == [
       False] * 5
+
+
+def test_chat_backend_config_checks_and_builds_the_client(monkeypatch):
+  for field, value, message in (('timeout_s', 0.0, 'verifier.timeout_s must be > 0'),
+                                ('max_concurrency', 0, 'verifier.max_concurrency must '
+                                                       'be >= 1'),
+                                ('max_retries', -1, 'verifier.max_retries must be >= 0'),
+                                ('backoff_s', -0.5, 'verifier.backoff_s must be >= 0')):
+    with pytest.raises(ValueError, match=message):
+      http_chat.ChatBackendConfig(**{field: value}, section='verifier')
+  empty = http_chat.ChatBackendConfig(section='eval.judge')
+  with pytest.raises(ValueError, match=r"eval.judge.backend='openai_compatible' needs "
+                                       r'eval.judge.base_url and eval.judge.model'):
+    empty.client(require_api_key=False, retry_in_client=True)
+  monkeypatch.delenv('CHAT_TEST_KEY', raising=False)
+  cfg = http_chat.ChatBackendConfig(base_url='http://127.0.0.1:9/v1/', model='m',
+                                    api_key_env='CHAT_TEST_KEY', timeout_s=5.0,
+                                    max_concurrency=3, max_retries=2, backoff_s=0.5,
+                                    section='solver')
+  with pytest.raises(ValueError, match='solver.api_key_env'):
+    cfg.client(require_api_key=True, retry_in_client=True)
+  retrying = cfg.client(require_api_key=False, retry_in_client=True)
+  assert (retrying.url, retrying.model, retrying.timeout_s) == (
+      'http://127.0.0.1:9/v1/chat/completions', 'm', 5.0)
+  assert (retrying.max_retries, retrying.backoff_s, retrying.max_concurrency) == (2, 0.5, 3)
+  assert cfg.client(require_api_key=False, retry_in_client=False).max_retries == 0

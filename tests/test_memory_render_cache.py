@@ -3,7 +3,7 @@ token_count.py).
 
 The cached `render_policy_input` (per-record line costs, section LRU, summed costs of
 declared counters, memoized whole-text counts) is compared with the uncached
-`render_policy_input_reference` on hypothesis-generated states and on chains of states
+`memory_reference.render_policy_input_reference` on hypothesis-generated states and on chains of states
 that share records, for an additive counter, a non-additive black-box counter and a
 non-additive counter that (truthfully) declares `splits_after_newline`. Also: the
 declarations themselves, the demotion of a false declaration, and MemoCounter.
@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 
+import memory_reference
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import interaction
@@ -105,7 +106,7 @@ def states(draw, count_tokens):
 def both(s, counter, **kw):
   """Cached and reference renders; asserts they agree and respect the limit."""
   try:
-    ref = ser.render_policy_input_reference(s, counter, **kw)
+    ref = memory_reference.render_policy_input_reference(s, counter, **kw)
   except ValueError as e:
     with pytest.raises(ValueError, match=re.escape(str(e))):
       ser.render_policy_input(s, counter, **kw)

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+import memory_reference
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import interaction
 from vermem_jax.memory import commands as cmds
@@ -174,7 +175,7 @@ def test_local_ids_view_drops_only_this_tasks_namespace():
   assert re.search(r'^\["c\d+" observation\] ', local, re.M)
   assert re.search(r'^\["h\d+" step \d+ ', local, re.M)
   assert re.search(r'^\["m\d+" v0\] ', local, re.M)
-  assert local == serialization.render_policy_input_reference(s, W, local_ids=True, **kw)
+  assert local == memory_reference.render_policy_input_reference(s, W, local_ids=True, **kw)
   cfg = mconfig.ExecutorConfig(local_ids=True, policy_input_limit=900)
   assert serialization.render_for_config(s, W, cfg) == serialization.render_policy_input(
       s, W, allowed_ops=cfg.ops, limit=900, local_ids=True)

@@ -53,7 +53,8 @@ import jax
 import numpy as np
 from experiments import run as run_lib
 from test_curriculum_e2e import tiny_config
-from vermem_jax.train import checkpoints, rl_learner, rl_resume, setup as setup_lib
+from vermem_jax.train import checkpoints, optim, rl_learner, rl_resume
+from vermem_jax.train import setup as setup_lib
 
 U, K, R = sys.argv[1], sys.argv[2], sys.argv[3]
 extra = dict(json.loads(sys.argv[4]), **{'rl.num_updates': 1})
@@ -66,7 +67,9 @@ config = tiny_config('phase_a', **extra)
 mesh = setup_lib.make_mesh_from(config)
 template, _ = setup_lib.abstract_train_state(
     setup_lib.model_config_from(config),
-    rl_learner.make_optimizer(rl_learner.RLOptimizerConfig()).init, mesh)
+    rl_learner.make_optimizer(optim.OptimizerConfig(
+        learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
+        lr_schedule='constant')).init, mesh)
 def load(*path, step):
   return checkpoints.restore_params_only(os.path.join(*path), template, step=step)[0]
 def max_diff(a, b):
@@ -97,13 +100,16 @@ distributed.initialize(distributed.DistributedOptions(
     initialization_timeout_s=120))
 import jax
 from test_curriculum_e2e import tiny_config
-from vermem_jax.train import checkpoints, rl_learner, rl_resume, setup as setup_lib
+from vermem_jax.train import checkpoints, optim, rl_learner, rl_resume
+from vermem_jax.train import setup as setup_lib
 K, R = sys.argv[1], sys.argv[2]
 config = tiny_config('phase_a', **json.loads(sys.argv[3]))
 mesh = setup_lib.make_mesh_from(config)
 template, _ = setup_lib.abstract_train_state(
     setup_lib.model_config_from(config),
-    rl_learner.make_optimizer(rl_learner.RLOptimizerConfig()).init, mesh)
+    rl_learner.make_optimizer(optim.OptimizerConfig(
+        learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
+        lr_schedule='constant')).init, mesh)
 out = {'devices': jax.device_count(), 'processes': jax.process_count()}
 for name, path, step in (('r_a1', os.path.join(R, 'from_u', 'phase_a'), 1),
                          ('k_a2', os.path.join(K, 'phase_a'), 2)):

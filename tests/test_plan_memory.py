@@ -63,7 +63,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     from experiments.configs import common
     from vermem_jax.models import qwen, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import rl_learner, setup
+    from vermem_jax.train import optim, rl_learner, setup
 
     cfg = qwen.QwenConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
                           num_hidden_layers=2, num_attention_heads=4,
@@ -83,10 +83,10 @@ _FSDP_SCRIPT = textwrap.dedent("""
     updates = [decisions(k) for k in range(3)]
     bcfg = batching.BatchingConfig(micro_batch_size=8, length_buckets=(64,),
                                    command_buckets=(16,))
-    ropt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+    ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                                 lr_schedule='constant')
     tx = rl_learner.make_optimizer(ropt)
-    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
-              opt=ropt, pad_id=0)
+    lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
     mesh = setup.make_mesh_from(common.get_config('phase_b', 'scale=paper'))
     assert tuple(mesh.shape.values()) == (1, 8, 1), mesh.shape
     one = jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), params)
@@ -96,8 +96,8 @@ _FSDP_SCRIPT = textwrap.dedent("""
     s8 = setup.init_opt_state(tx.init, p8, mesh)
     losses = []
     for d in updates:
-      p1, s1, m1 = rl_learner.learner_update(p1, ref, s1, d, **kw)
-      p8, s8, m8 = rl_learner.learner_update(p8, r8, s8, d, mesh=mesh, **kw)
+      p1, s1, m1 = rl_learner.learner_update(p1, ref, s1, d, lc)
+      p8, s8, m8 = rl_learner.learner_update(p8, r8, s8, d, lc, mesh=mesh)
       losses.append([m1['train/loss'], m8['train/loss'], m1['train/grad_norm'],
                      m8['train/grad_norm']])
     diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))

@@ -17,6 +17,7 @@ from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
 from vermem_jax.rl import loss_step
 from vermem_jax.train import nonfinite
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 
 # A small vocabulary keeps the NumPy reference over [B, L, V] logits cheap.
@@ -45,8 +46,8 @@ def _run(params, decisions, *, opt, ppo=rl_learner.PPOConfig(), loss=LOSS, ref=N
          state=None, **kw):
   state = rl_learner.make_optimizer(opt).init(params) if state is None else state
   return rl_learner.learner_update(
-      params, params if ref is None else ref, state, decisions, model_config=MC,
-      batching_config=BCFG, loss=loss, opt=opt, pad_id=0, ppo=ppo, **kw)
+      params, params if ref is None else ref, state, decisions,
+      rl_learner.LearnerConfig(MC, BCFG, opt, loss=loss, ppo=ppo), **kw)
 
 
 def _assert_trees_close(a, b, rtol=1e-6, atol=0.0):
@@ -71,7 +72,7 @@ def _one_step_reference(params, ref, state, decisions, opt, *, old_from_learner)
   total = jax.tree.map(jnp.zeros_like, params)
   loss = 0.0
   for mb in batching.micro_batches(decisions, BCFG):
-    (l, _, _, _), g = rl_learner.grpo_step(
+    (l, _, _, _), g = loss_step.grpo_loss_and_grads(
         params, ref, batching.to_step_batch(mb), model_config=MC, clip_epsilon=0.2,
         kl_beta=0.1, kl_estimator='exact', temperature=0.7,
         old_from_learner=old_from_learner)
@@ -83,7 +84,8 @@ def _one_step_reference(params, ref, state, decisions, opt, *, old_from_learner)
 
 def test_one_iteration_is_unchanged(setup):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   ref = jax.tree.map(lambda x: x * 1.01, params)
   state0 = rl_learner.make_optimizer(opt).init(params)
   new, state, m = _run(params, decisions, opt=opt, ref=ref, state=state0)
@@ -111,7 +113,8 @@ def _log_softmax(x):
 
 def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=3e-2)
+  opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   n = len(decisions)
   applied = []  # (params, summed gradient) of every optimizer step
   real_apply = rl_learner.apply_update
@@ -151,7 +154,8 @@ def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
 
 def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=3e-2)
+  opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   ppo = rl_learner.PPOConfig(1, 2)
   got, _, m = _run(params, decisions, opt=opt, ppo=ppo, shuffle_seed=(7, 3))
   first, second = batching.mini_batch_partition(len(decisions), 2,
@@ -182,8 +186,9 @@ def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
 
 def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
   params, decisions = setup
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
-  real = rl_learner.grpo_step
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
+  real = loss_step.grpo_loss_and_grads
   calls = []
 
   def nan_on_first_micro_batch(*args, **kwargs):
@@ -193,7 +198,7 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
       grads = jax.tree.map(lambda g: g.at[(0,) * g.ndim].set(jnp.nan), grads)
     return out, grads
 
-  monkeypatch.setattr(rl_learner, 'grpo_step', nan_on_first_micro_batch)
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', nan_on_first_micro_batch)
   state0 = rl_learner.make_optimizer(opt).init(params)
   counter = nonfinite.SkipCounter(2)
   new, state, m = _run(params, decisions, opt=opt, state=state0,
@@ -203,14 +208,14 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
   assert counter.consecutive == 0  # pass 2 was finite
   # Pass 1 skipped: pass 2 ran from θ0 with the optimizer state untouched, so the
   # result equals one clean step (θ = θ_old, ρ = 1).
-  monkeypatch.setattr(rl_learner, 'grpo_step', real)
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', real)
   clean, clean_state, _ = _run(params, decisions, opt=opt, state=state0)
   _assert_trees_close(new, clean, rtol=1e-6)
   _assert_trees_close(state, clean_state, rtol=1e-6)
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(new))
   # Two skips in a row stop with the update named.
   calls.clear()
-  monkeypatch.setattr(rl_learner, 'grpo_step', lambda *a, **k: (
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', lambda *a, **k: (
       real(*a, **k)[0], jax.tree.map(lambda g: g * jnp.nan, real(*a, **k)[1])))
   with pytest.raises(nonfinite.NonFiniteError, match='phase_b update 5, pass 2/2'):
     _run(params, decisions, opt=opt, ppo=rl_learner.PPOConfig(2, 1),

@@ -130,10 +130,9 @@ def _split_update(specs, tok, oracle, count):
     stats = _stats()
     res = rollout.collect_update(
         mine, Scripted(mine), oracle, make_verifier({'backend': 'heuristic'}),
-        rng=jax.random.PRNGKey(0), count_tokens=tok.count_tokens, rollouts_per_task=K,
-        running_stats=stats,
-        executor_config=ExecutorConfig(phase='B', context_budget=1024,
-                                       policy_input_limit=2048),
+        rollout.CollectConfig(rollouts_per_task=K, executor_config=ExecutorConfig(
+            phase='B', context_budget=1024, policy_input_limit=2048)),
+        rng=jax.random.PRNGKey(0), count_tokens=tok.count_tokens, running_stats=stats,
         phase='phase_b', update=1, group=group)
     return res, process_split.gather_result(res, group), stats
   return run_processes(count, work)

@@ -8,6 +8,7 @@ import pytest
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 
 
@@ -40,11 +41,11 @@ def test_learner_update_loss_is_minus_mean_advantage_at_theta_ref():
   decisions = _decisions(rng, 5, adv, lengths)
   bcfg = batching.BatchingConfig(micro_batch_size=2, length_buckets=(64,),
                                  command_buckets=(8,))
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   new_params, _, m = rl_learner.learner_update(
       params, params, rl_learner.make_optimizer(opt).init(params), decisions,
-      model_config=mc, batching_config=bcfg, loss=rl_learner.LossConfig(), opt=opt,
-      pad_id=0)
+      rl_learner.LearnerConfig(mc, bcfg, opt))
   assert m['train/loss'] == pytest.approx(-adv.mean(), abs=1e-5)
   # A per-token mean would give −Σ L_d A_d / Σ L_d instead.
   assert abs(-(adv * lengths).sum() / sum(lengths) - (-adv.mean())) > 0.1
@@ -76,11 +77,12 @@ def test_sampler_logprobs_mode_uses_the_recorded_numbers():
     shifted.append(batching.DecisionTokens(d.prompt_tokens, d.command_tokens,
                                            tuple(float(x) for x in recorded),
                                            d.advantage))
-  opt = rl_learner.RLOptimizerConfig()
+  opt = optim.OptimizerConfig(learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   _, _, m = rl_learner.learner_update(
       params, params, rl_learner.make_optimizer(opt).init(params), shifted,
-      model_config=mc, batching_config=bcfg,
-      loss=rl_learner.LossConfig(old_logprobs='sampler'), opt=opt, pad_id=0)
+      rl_learner.LearnerConfig(mc, bcfg, opt,
+                               loss=rl_learner.LossConfig(old_logprobs='sampler')))
   assert m['train/ratio'] == pytest.approx(1 / 0.95, rel=1e-4)
   assert m['train/sampler_logprob_gap'] == pytest.approx(-np.log(0.95), abs=1e-4)
   # min(ρA, clip(ρ)A) with ρ = 1/0.95 < 1 + ε: the loss is −mean(ρ A).
@@ -95,15 +97,15 @@ def test_learner_update_is_independent_of_the_micro_batch_split():
   ref = jax.tree.map(lambda x: x + 0.01 * jnp.sign(x), params)  # θ_ref != θ: KL > 0
   rng = np.random.default_rng(1)
   decisions = _decisions(rng, 5, rng.normal(size=5), [2, 5, 1, 6, 3])
-  opt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                              lr_schedule='constant')
   outs = []
   for mb in (8, 2):
     bcfg = batching.BatchingConfig(micro_batch_size=mb, length_buckets=(64,),
                                    command_buckets=(8,))
     outs.append(rl_learner.learner_update(
         params, ref, rl_learner.make_optimizer(opt).init(params), decisions,
-        model_config=mc, batching_config=bcfg, loss=rl_learner.LossConfig(), opt=opt,
-        pad_id=0))
+        rl_learner.LearnerConfig(mc, bcfg, opt)))
   (p1, _, m1), (p2, _, m2) = outs
   assert m1['train/kl'] > 1e-6
   assert m1['train/loss'] == pytest.approx(m2['train/loss'], rel=1e-5)

@@ -198,9 +198,10 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
 
 def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypatch):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
   workdir = _copy_prerequisites(tmp_path)
-  real_update, real_step = rl_learner.learner_update, rl_learner.grpo_step
+  real_update, real_step = rl_learner.learner_update, loss_step.grpo_loss_and_grads
   updates = []
 
   def learner_update(*args, **kwargs):
@@ -214,7 +215,7 @@ def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypat
     return out, grads
 
   monkeypatch.setattr(rl_learner, 'learner_update', learner_update)
-  monkeypatch.setattr(rl_learner, 'grpo_step', grpo_step)
+  monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', grpo_step)
   out = rl_phase.run_rl_phase(_b_config(), workdir)
   assert out['complete'] and out['step'] == 2
   assert updates == ['phase_b update 1', 'phase_b update 2']
@@ -250,12 +251,12 @@ def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
   from vermem_jax.train import rl_selection
   scores = iter([0.9, 0.9, 0.2])
 
-  def fake_dev_evaluation(specs, policy, solver, **kw):
-    assert policy.greedy and kw['metric'] == 'r_task'
-    return {'dev/score': next(scores), 'dev/episodes': float(len(specs))}
+  def fake_selection_figures(records, metric):
+    assert metric == 'r_task'
+    return {'dev/score': next(scores), 'dev/episodes': float(len(records))}
 
   workdir = _copy_prerequisites(tmp_path / 'select')  # may run the curriculum: first
-  monkeypatch.setattr(rl_selection, 'dev_evaluation', fake_dev_evaluation)
+  monkeypatch.setattr(rl_selection, 'selection_figures', fake_selection_figures)
   config = tiny_config('phase_b', **{'rl.num_updates': 3, 'rl.eval_every': 1})
   out = rl_phase.run_rl_phase(config, workdir)
   assert out['selected_step'] == 2 and out['step'] == 3

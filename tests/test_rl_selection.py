@@ -13,6 +13,8 @@ from vermem_jax.envs import task_solvers as ts
 from vermem_jax.memory import config as mconfig
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 from vermem_jax.train import checkpoint_selection
+from vermem_jax.train import internal_dev
+from vermem_jax.train import phase_runner
 from vermem_jax.train import rl_selection
 
 
@@ -96,14 +98,17 @@ def test_episode_scores_hand_case(dev_specs):
                           policy_input_tokens=0, policy_output_tokens=0,
                           solver_input_tokens=0, solver_output_tokens=0, task_steps=2,
                           tool_calls=0)
-  s = rl_selection.episode_scores(res)
+  s = internal_dev.episode_record(res)
   assert s['em'] == 1.0 and s['f1'] == 1.0 and s['r_task'] == 1.0
   assert s['m_ans'] == pytest.approx(0.5)  # 1 - mean cost (1 + 0) / 2
+  assert s['p_aux'] == pytest.approx(0.5) and s['rejected'] == 1
+  assert s['decisions'] == 2 and dict(s['ops']) == {'Invalid': 1, 'Null': 1}
 
 
 def test_metric_checks_and_eval_steps():
   with pytest.raises(ValueError, match='selection_metric'):
     rl_selection.check_metric('j_judge')  # held-out judges never select
-  assert [n for n in range(1, 8) if rl_selection.is_eval_step(n, 7, 3)] == [3, 6, 7]
+  assert [n for n in range(1, 8) if phase_runner.itstime(n, 3, 7)] == [3, 6, 7]
+  assert [n for n in range(1, 8) if phase_runner.itstime(n, 0, 7)] == [7]
   assert rl_selection.selection_metrics({'dev/score': 0.25}, 6) == {
       checkpoint_selection.RL_SELECTION_SCORE: 0.25, checkpoint_selection.RL_SELECTION_STEP: 6}

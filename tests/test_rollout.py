@@ -107,14 +107,16 @@ class CountingGenerate:
 def _collect(specs, policy, tok, oracle, *, seed=0, stats=None, budget=SMALL_BUDGET,
              limit=SMALL_LIMIT, rollouts_per_task=K, verifier=None,
              advantage_config=adv.AdvantageConfig()):
-  return rollout.collect_update(
-      specs, policy, oracle, verifier or make_verifier({"backend": "heuristic"}),
-      rng=jax.random.PRNGKey(seed), count_tokens=tok.count_tokens,
+  settings = rollout.CollectConfig(
       rollouts_per_task=rollouts_per_task,
-      running_stats=stats if stats is not None else running_stats.RunningStats(),
       executor_config=ExecutorConfig(phase="B", context_budget=budget,
                                      policy_input_limit=limit),
-      advantage_config=advantage_config, phase="phase_b", update=1)
+      advantage_config=advantage_config)
+  return rollout.collect_update(
+      specs, policy, oracle, verifier or make_verifier({"backend": "heuristic"}),
+      settings, rng=jax.random.PRNGKey(seed), count_tokens=tok.count_tokens,
+      running_stats=stats if stats is not None else running_stats.RunningStats(),
+      phase="phase_b", update=1)
 
 
 def _counted_policy(config, params, tok, rows):

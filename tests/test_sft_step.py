@@ -11,6 +11,7 @@ from test_sft_examples import tok  # pylint: disable=unused-import
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
+from vermem_jax.train import optim
 from vermem_jax.train import sft_step
 
 # Learner shape (each one is a compilation; the Qwen vocabulary makes every command
@@ -112,7 +113,8 @@ def test_gradient_accumulation_over_unequal_micro_batches(params, short):
   # 3 rows + 1 row (padding rows fill the fixed shape).
   parts = [batching.build_batch(dec[:3], UNIT, num_decisions=4, pad_id=PAD),
            batching.build_batch(dec[3:], UNIT, num_decisions=4, pad_id=PAD)]
-  opt = sft_step.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0,
+                              lr_schedule='linear', section='sft')
   state = sft_step.init_optimizer(params, opt=opt)
   p_full, _, m_full = sft_step.train_step(params, state, [full], model_config=MODEL,
                                           opt=opt)
@@ -132,7 +134,8 @@ def test_gradient_accumulation_over_unequal_micro_batches(params, short):
 
 def test_overfits_a_handful_of_records(params, short):
   mbs = [batching.build_batch(short[:4], UNIT, num_decisions=4, pad_id=PAD)]
-  opt = sft_step.OptimizerConfig(learning_rate=3e-2, total_steps=12, warmup_ratio=0.0)
+  opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=12, warmup_ratio=0.0,
+                              lr_schedule='linear', section='sft')
   state = sft_step.init_optimizer(params, opt=opt)
   p, losses = params, []
   for _ in range(opt.total_steps):
@@ -144,8 +147,8 @@ def test_overfits_a_handful_of_records(params, short):
 
 # ----------------------------------------------------------------------------- optimizer
 def test_linear_warmup_then_linear_decay():
-  opt = sft_step.OptimizerConfig(learning_rate=2e-5, total_steps=100,
-                                 warmup_ratio=0.03)
+  opt = optim.OptimizerConfig(learning_rate=2e-5, total_steps=100,
+                                 warmup_ratio=0.03, lr_schedule='linear', section='sft')
   assert opt.warmup_steps == 3
   sched = sft_step.lr_schedule(opt)
   # Warmup lr·(k+1)/w: no step runs at lr 0 (issue 9); decay lr·(total−k)/(total−w).
@@ -186,7 +189,8 @@ def test_loss_reductions_match_numpy(params, short):
 def test_non_finite_step_is_not_applied(params, short, monkeypatch):
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   mbs = [batching.build_batch(short[:4], UNIT, num_decisions=4, pad_id=PAD)]
-  opt = sft_step.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0)
+  opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0,
+                              lr_schedule='linear', section='sft')
   state = sft_step.init_optimizer(params, opt=opt)
   real = sft_step.accumulate_micro_batch
   monkeypatch.setattr(sft_step, 'accumulate_micro_batch', lambda *a, **k: dict(

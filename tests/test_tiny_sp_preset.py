@@ -18,6 +18,7 @@ from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.models import qwen
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
+from vermem_jax.train import optim
 from vermem_jax.train import setup
 from vermem_jax.train import sft_eval
 from vermem_jax.train import sft_examples
@@ -69,7 +70,8 @@ def test_short_sft_overfits_a_handful_of_records_to_exact_match(tok, records):
   mbs = batching.micro_batches([e.decision() for e in examples], bcfg,
                                pad_id=tok.pad_token_id)
   params = qwen.init_params(mc, jax.random.PRNGKey(0))
-  opt = sft_step.OptimizerConfig(learning_rate=3e-3, total_steps=STEPS, warmup_ratio=0.1)
+  opt = optim.OptimizerConfig(learning_rate=3e-3, total_steps=STEPS, warmup_ratio=0.1,
+                              lr_schedule='linear', section='sft')
   state = sft_step.init_optimizer(params, opt=opt)
   losses = []
   for _ in range(STEPS):

@@ -115,11 +115,12 @@ def test_grpo_step_chunked_equals_unchunked(model, est):
   cfg, params, ref_params, batch = model
   step = functools.partial(loss_step.grpo_loss_and_grads, params, ref_params, batch,
                            model_config=cfg, kl_estimator=est, temperature=0.7)
-  (loss, n, metrics), grads = step(loss_chunk_size=5)
-  (ref_loss, ref_n, ref_metrics), ref_grads = step(loss_chunk_size=None)
+  (loss, n, metrics, lp), grads = step(loss_chunk_size=5)
+  (ref_loss, ref_n, ref_metrics, ref_lp), ref_grads = step(loss_chunk_size=None)
   assert float(n) == float(ref_n) == 4
   np.testing.assert_allclose(float(loss), float(ref_loss), rtol=1e-6)
   _close_trees(metrics, ref_metrics, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(lp), np.asarray(ref_lp), rtol=1e-5, atol=1e-6)
   _close_trees(grads, ref_grads)
 
 

@@ -13,6 +13,10 @@ import pytest
 from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax import tokenizer_build
+from vermem_jax.envs import episodes
+from vermem_jax.envs import hotpotqa
+from vermem_jax.envs.sft_data import build as sft_build
+from vermem_jax.envs.sft_data import config as sft_config
 from vermem_jax.memory import token_count
 from vermem_jax.rl import policy
 
@@ -108,13 +112,11 @@ def test_the_proof_premises_are_checked(tmp_path):
 def test_g_of_s_fits_its_limit_with_the_declared_counter(tok, data_dir):
   """Serialization sums per-line counts for a declared counter; the rendered x_t still
   counts within the limit when recounted whole."""
-  from vermem_jax.envs import episodes  # pylint: disable=g-import-not-at-top
-  from vermem_jax.envs import hotpotqa  # pylint: disable=g-import-not-at-top
   construction, dev = episodes.load_pools(
       hotpotqa.DataConfig(hotpotqa_dir=paths.hotpotqa_dir(data_dir)))
-  cfg = episodes.SFTDataConfig(train_per_target=2, dev_per_target=1, context_budget=320,
+  cfg = sft_config.SFTDataConfig(train_per_target=2, dev_per_target=1, context_budget=320,
                                policy_input_limit=640)
-  train, _, _ = episodes.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
+  train, _, _ = sft_build.build_sft_set(construction, dev, count_tokens=tok.count_tokens,
                                        config=cfg, verbose=False)
   rng = random.Random(0)
   for rec in rng.sample(train, 6):

@@ -18,7 +18,7 @@ _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from vermem_jax.models import qwen, sampling, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import checkpoints, rl_learner, setup, sft_step
+    from vermem_jax.train import checkpoints, optim, rl_learner, setup, sft_step
 
     assert jax.device_count() == 8, jax.devices()
     cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -51,7 +51,8 @@ _SCRIPT = textwrap.dedent("""
     out = {}
 
     # (a) one SFT step
-    opt = sft_step.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0)
+    opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0,
+                                lr_schedule='linear', section='sft')
     p1, s1, m1 = sft_step.train_step(params, sft_step.init_optimizer(params, opt=opt),
                                      mbs, model_config=cfg, opt=opt)
     ps = sharding.shard_params(params, mesh)
@@ -67,15 +68,15 @@ _SCRIPT = textwrap.dedent("""
                   'opt_sharded': same_shardings(s2[1][0].mu, want)}
 
     # (b) one GRPO learner update (KL to a different π_ref, learner θ_old)
-    ropt = rl_learner.RLOptimizerConfig(learning_rate=1e-3)
+    ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
+                                 lr_schedule='constant')
     tx = rl_learner.make_optimizer(ropt)
-    kw = dict(model_config=cfg, batching_config=bcfg, loss=rl_learner.LossConfig(),
-              opt=ropt, pad_id=0)
-    q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, **kw)
+    lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
+    q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, lc)
     refs = sharding.shard_params(ref, mesh)
     q2, t2, n2 = rl_learner.learner_update(ps, refs,
                                            setup.init_opt_state(tx.init, ps, mesh),
-                                           decisions, mesh=mesh, **kw)
+                                           decisions, lc, mesh=mesh)
     out['grpo'] = {k: [n1[k], n2[k]] for k in ('train/loss', 'train/kl',
                                                'train/grad_norm')}
     out['grpo'].update(param_diff=max_diff(q1, q2), opt_diff=max_diff(t1, t2),

@@ -21,22 +21,94 @@ returns failures in place instead of raising.
 The API key is read once, at construction, from the environment variable named by
 `api_key_env`; it lives only in the Authorization header and is never logged, put in
 `repr` or in an error message.
+
+`ChatBackendConfig` holds one endpoint's settings as every caller reads them (the
+verifier, the evaluation judge, the task solver, the SFT teacher) and builds its client.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import os
 import socket
 import time
 import urllib.error
 import urllib.request
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 # HTTP statuses worth retrying besides every 5xx: request timeout, conflict, too early,
 # rate limit.
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+
+
+@dataclasses.dataclass(frozen=True)
+class ChatBackendConfig:
+  """One OpenAI-compatible chat endpoint: the settings the verifier (config section
+  `verifier`), the judge (`eval.judge`), the task solver (`solver`) and the SFT teacher
+  (`sft.teacher_*`) share.
+
+  Attributes:
+    base_url: server root, e.g. 'http://127.0.0.1:8000/v1' ('' = none configured).
+    model: model name sent in every request.
+    api_key_env: environment variable holding the API key ('' = no authentication).
+    timeout_s: per-request timeout (seconds, > 0).
+    max_concurrency: requests in flight at once (>= 1).
+    max_retries: extra attempts after a retryable failure (>= 0); see `client`.
+    backoff_s: base of the exponential retry backoff (seconds, >= 0).
+    section: the config section the values come from; names the field in errors.
+  Raises:
+    ValueError: a number out of range, naming `<section>.<field>`.
+  """
+  base_url: str = ''
+  model: str = ''
+  api_key_env: str = ''
+  timeout_s: float = 60.0
+  max_concurrency: int = 1
+  max_retries: int = 0
+  backoff_s: float = 1.0
+  section: str = 'chat'
+
+  def __post_init__(self):
+    if not self.timeout_s > 0:
+      raise ValueError(f'{self.section}.timeout_s must be > 0, got {self.timeout_s}')
+    for name, low in (('max_concurrency', 1), ('max_retries', 0), ('backoff_s', 0)):
+      if getattr(self, name) < low:
+        raise ValueError(f'{self.section}.{name} must be >= {low}, got '
+                         f'{getattr(self, name)}')
+
+  @classmethod
+  def of(cls, settings: Any, section: str) -> 'ChatBackendConfig':
+    """The endpoint fields of `settings` (a section's config object with fields of the
+    same names, e.g. VerifierConfig), checked."""
+    return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)
+                  if f.name != 'section'}, section=section)
+
+  def check_endpoint(self) -> None:
+    """Raises ValueError unless base_url and model are both set (naming them)."""
+    if not (self.base_url and self.model):
+      raise ValueError(f"{self.section}.backend='openai_compatible' needs "
+                       f'{self.section}.base_url and {self.section}.model')
+
+  def client(self, *, require_api_key: bool, retry_in_client: bool) -> 'ChatClient':
+    """The endpoint's `ChatClient`.
+
+    Args:
+      require_api_key: a set `api_key_env` naming an unset variable is an error.
+      retry_in_client: the client retries transport failures (`max_retries`,
+        `backoff_s`); False for callers that run their own retry rounds (the verifier
+        and the judge also re-ask on unparsable replies).
+    Raises:
+      ValueError: no endpoint (`check_endpoint`) or a required key missing.
+    """
+    self.check_endpoint()
+    return ChatClient(self.base_url, self.model, api_key_env=self.api_key_env,
+                      require_api_key=require_api_key,
+                      api_key_field=f'{self.section}.api_key_env',
+                      timeout_s=self.timeout_s,
+                      max_retries=self.max_retries if retry_in_client else 0,
+                      backoff_s=self.backoff_s, max_concurrency=self.max_concurrency)
 
 
 class ChatError(Exception):

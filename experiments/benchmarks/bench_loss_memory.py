@@ -18,7 +18,7 @@ naive variants that would need many GiB are only compiled. Two comparisons:
          attention grows with T² regardless of V, so the vocabulary's share,
          temp(V=151936) - temp(V=small), is reported per prompt length.
 
-  step   (issue 12) the learner's jitted step as trained (`rl_learner.grpo_step`:
+  step   (issue 12) the learner's jitted step as trained (`loss_step.grpo_loss_and_grads`:
          policy + reference forward, θ_old log-probs, loss, gradients) on the tiny
          trunk with the Qwen vocabulary at --step_batch rows x --step_length tokens x
          --command_tokens command tokens, exact KL and k3, with the head and loss
@@ -59,7 +59,8 @@ from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.models import qwen_config
 from vermem_jax.rl import grpo  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
-from vermem_jax.train import rl_learner  # noqa: E402
+from vermem_jax.rl import token_stats  # noqa: E402
+
 
 GIB = 1024 ** 3
 
@@ -73,6 +74,13 @@ def _loss_batch_specs(b, l):
           'command_positions': jax.ShapeDtypeStruct((b, l), i32)}
 
 
+def _full_logits_loss(logits, ref_logits, batch, *, temperature):
+  """The GRPO loss on whole [B, L, V] logits (the un-chunked baseline): (loss_sum, ...)."""
+  stats = token_stats.stats_from_logits(logits, ref_logits, batch['target_ids'],
+                                        temperature=temperature, kl_estimator='exact')
+  return grpo.grpo_loss_from_token_stats(stats, batch)
+
+
 def _temp_bytes(fn, *specs) -> int:
   compiled = jax.jit(fn).lower(*specs).compile()
   return int(compiled.memory_analysis().temp_size_in_bytes)
@@ -84,14 +92,14 @@ def head_variants(v, d):
     def f(hidden, w):
       h = grpo.gather_positions(hidden, batch['command_positions'])
       rh = grpo.gather_positions(ref_hidden, batch['command_positions'])
-      return grpo.grpo_loss_from_logits(h @ w, rh @ w, batch, temperature=0.7)[0]
+      return _full_logits_loss(h @ w, rh @ w, batch, temperature=0.7)[0]
     return jax.grad(f, argnums=(0, 1))(hidden, w)
 
   def naive(hidden, ref_hidden, w, batch):
     def f(hidden, w):
       logits = grpo.gather_positions(hidden @ w, batch['command_positions'])
       ref = grpo.gather_positions(ref_hidden @ w, batch['command_positions'])
-      return grpo.grpo_loss_from_logits(logits, ref, batch, temperature=0.7)[0]
+      return _full_logits_loss(logits, ref, batch, temperature=0.7)[0]
     return jax.grad(f, argnums=(0, 1))(hidden, w)
   del v, d
   return gathered, naive
@@ -111,7 +119,7 @@ def model_variants(cfg):
                          attention_mask=batch['attention_mask'])
       lg = grpo.gather_positions(full, batch['command_positions'])
       rf = grpo.gather_positions(ref_full, batch['command_positions'])
-      return grpo.grpo_loss_from_logits(lg, rf, batch, temperature=0.7)[0]
+      return _full_logits_loss(lg, rf, batch, temperature=0.7)[0]
     return jax.value_and_grad(f)(params)
   return gathered, naive
 
@@ -135,13 +143,13 @@ def _step_batch(b, t, l, v, seed=0):
 
 
 def step_figures(cfg, args, chunks):
-  """Compile-time temp (and, with --time, tokens/s) of rl_learner.grpo_step."""
+  """Compile-time temp (and, with --time, tokens/s) of loss_step.grpo_loss_and_grads."""
   b, t, l = args.step_batch, args.step_length, args.command_tokens
   batch = _step_batch(b, t, l, cfg.vocab_size)
   specs = {k: jax.ShapeDtypeStruct(x.shape, x.dtype) for k, x in batch.items()}
   params = jax.eval_shape(lambda: qwen.init_params(cfg, jax.random.PRNGKey(0)))
   out = {'batch': b, 'length': t, 'command_tokens': l, 'rows': {}}
-  print(f'\n== learner step rl_learner.grpo_step: tiny trunk, V={cfg.vocab_size}, '
+  print(f'\n== learner step loss_step.grpo_loss_and_grads: tiny trunk, V={cfg.vocab_size}, '
         f'B={b}, T={t}, L={l} ==')
   print(f'{"estimator":>9} {"chunk":>6} {"attention":>10} {"temp GiB":>9}')
   steps = {}
@@ -151,7 +159,7 @@ def step_figures(cfg, args, chunks):
   for est in args.estimators.split(','):
     for chunk, attn in variants:
       c = cfg.replace(attn_implementation=attn)
-      fn = jax.jit(lambda p, r, x, est=est, chunk=chunk, c=c: rl_learner.grpo_step(
+      fn = jax.jit(lambda p, r, x, est=est, chunk=chunk, c=c: loss_step.grpo_loss_and_grads(
           p, r, x, model_config=c, clip_epsilon=0.2, kl_beta=0.1, kl_estimator=est,
           temperature=0.7, old_from_learner=True, loss_chunk_size=chunk))
       compiled = fn.lower(params, params, specs).compile()

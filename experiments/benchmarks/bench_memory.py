@@ -26,8 +26,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..'))
+# The uncached reference g(s) lives with the tests that hold the cache against it.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'tests'))
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
+import memory_reference  # noqa: E402  (tests/ is on sys.path)
 
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import commands as cmds_lib
@@ -137,7 +140,7 @@ def main():
   p.add_argument('--question', type=int, default=0)
   p.add_argument('--reference', action='store_true',
                  help='also run the uncached reference g(s) '
-                      '(serialization.render_policy_input_reference) and print '
+                      '(memory_reference.render_policy_input_reference) and print '
                       'the speedup of the cached path over it')
   bench_common.add_out_flag(p)
   args = p.parse_args()
@@ -162,7 +165,7 @@ def main():
     rates[label] = bench(example, counter, n, label, serialization.render_policy_input)
     if args.reference:
       ref = bench(example, counter, max(200, n // 20), label + ' reference',
-                  serialization.render_policy_input_reference)
+                  memory_reference.render_policy_input_reference)
       figures[f'{label} reference decisions_per_cpu_s'] = ref
       print(f'{"":>28}  speedup over the uncached reference g(s): '
             f'{rates[label] / ref:.1f}x')

@@ -295,6 +295,7 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
   import warnings  # pylint: disable=g-import-not-at-top
   import torch  # pylint: disable=g-import-not-at-top
   from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
+  from vermem_jax.models import kv_cache  # pylint: disable=g-import-not-at-top
   # transformers 5 renames past_key_values; the old name still works everywhere.
   warnings.filterwarnings("ignore", message=".*past_key_values.*")
   steps = _PROFILE_STEPS.value
@@ -304,7 +305,7 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
   fns = {}
   for name, config in configs.items():
     model = qwen.Qwen(config)
-    cache = qwen.init_cache(config, batch, prompt_len + steps + 1)
+    cache = kv_cache.init_cache(config, batch, prompt_len + steps + 1)
     _, cache = jax.jit(lambda p, x, c: model.apply({"params": p}, x, cache=c))(
         params, jnp.asarray(ids_np, jnp.int32), cache)
     tok = jnp.zeros((batch, 1), jnp.int32)

@@ -7,7 +7,7 @@ together:
       C tokens, temperature 0.7, ε 0.2, β 0.1, per-sequence token-mean loss, θ_old =
       stop_gradient(θ) (one policy iteration). Both sides with the k3 estimator
       (Tunix `kl_loss_mode='low_var_kl'`), and ours also with the exact KL over the
-      vocabulary (our default). Ours: `train.rl_learner.grpo_step` (one jitted
+      vocabulary (our default). Ours: `train.loss_step.grpo_loss_and_grads` (one jitted
       program: reference forward + policy forward/backward, head and loss in
       vocabulary chunks). Tunix: `rl.common.compute_per_token_logps` for the
       reference and `nnx.value_and_grad` of `rl.algo_core.grpo_loss_fn` for the
@@ -154,7 +154,6 @@ def run_ours(args) -> dict:
   from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
   from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
   from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
 
   cfg = qwen.QwenConfig(
       vocab_size=args.vocab_size, hidden_size=args.hidden_size,
@@ -188,7 +187,7 @@ def run_ours(args) -> dict:
     batch = {k: jnp.asarray(x) for k, x in batch.items()}
     out['learner'] = {}
     for est in ('k3', 'exact'):
-      step = jax.jit(lambda p, r, x, est=est: rl_learner.grpo_step(
+      step = jax.jit(lambda p, r, x, est=est: loss_step.grpo_loss_and_grads(
           p, r, x, model_config=cfg, clip_epsilon=0.2, kl_beta=0.1, kl_estimator=est,
           temperature=0.7, old_from_learner=True))
       for mb in _memory_batches(args):

@@ -4,7 +4,7 @@ Runs, for a Qwen2.5-0.5B-sized model with random weights (bfloat16 compute, floa
 parameters, decoder-layer rematerialization, attention `--attn_implementation`, auto =
 cuDNN flash attention on GPU), in one process that should finish in well under ten
 minutes on one modern GPU:
-  learner  `train.rl_learner.grpo_step` (reference forward, policy forward + backward,
+  learner  `train.loss_step.grpo_loss_and_grads` (reference forward, policy forward + backward,
            exact KL over the vocabulary in chunks of --loss_chunk_size command
            positions) on B = --learner_batch rows of T = --length tokens, the last
            --command_tokens of each row being the command;
@@ -61,8 +61,8 @@ from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import memory_plan  # noqa: E402
+from vermem_jax.train import optim  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
-from vermem_jax.train import rl_optimizer  # noqa: E402
 
 GIB = 1024 ** 3
 # Dense bf16 peak TFLOP/s by device kind substring (vendor data sheets, SXM parts).
@@ -137,7 +137,8 @@ def plan_settings(cfg: qwen_config.QwenConfig, args) -> memory_plan.PlanSettings
       length=args.length, command_tokens=args.command_tokens,
       loss_chunk_size=args.loss_chunk_size,
       loss=rl_learner.LossConfig(old_logprobs='learner'),
-      opt=rl_optimizer.RLOptimizerConfig(), rollout_rows=args.decode_batch,
+      opt=optim.OptimizerConfig(learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
+                                lr_schedule='constant'), rollout_rows=args.decode_batch,
       shared_prefill_rows=args.decode_batch, prompt_len=args.length - args.new_tokens,
       max_new_tokens=args.new_tokens, do_sample=False)
 
@@ -172,9 +173,9 @@ def learner_check(cfg, params, ref_params, args, peak) -> dict:
   batch = {k: jnp.asarray(x) for k, x in batch.items()}
   t0 = time.perf_counter()
   # The planner's program: the same jitted function and static arguments.
-  compiled = rl_learner.grpo_step.lower(
+  compiled = loss_step.grpo_loss_and_grads.lower(
       params, ref_params, batch,
-      **memory_plan.grpo_step_kwargs(plan_settings(cfg, args))).compile()
+      **memory_plan.learner_step_kwargs(plan_settings(cfg, args))).compile()
   compile_s = time.perf_counter() - t0
   program = memory_plan.program_bytes(compiled)
   temp = program['temp']

@@ -68,6 +68,7 @@ import numpy as np  # noqa: E402
 import bench_common  # noqa: E402  (this folder is on sys.path)
 from experiments.configs import common  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import memory_plan  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
 from vermem_jax.train import setup as setup_lib  # noqa: E402
@@ -143,10 +144,10 @@ def measured_learner_peak(s: memory_plan.PlanSettings, seed: int = 0) -> dict[st
   if math.prod(s.mesh_shape) != 1:
     raise ValueError(f'measured_learner_peak runs on one device, got mesh {s.mesh_shape}')
   plan = memory_plan.make_plan(s, stages=('learner',), devices=jax.devices()[:1])
-  kw = memory_plan.grpo_step_kwargs(s)
+  kw = memory_plan.learner_step_kwargs(s)
   shapes = jax.eval_shape(functools.partial(qwen.init_params, s.model_config),
                           jax.random.PRNGKey(0))
-  compiled = rl_learner.grpo_step.lower(shapes, shapes, memory_plan.learner_batch(s),
+  compiled = loss_step.grpo_loss_and_grads.lower(shapes, shapes, memory_plan.learner_batch(s),
                                         **kw).compile()
   before = rss_bytes()
   key = jax.random.PRNGKey(seed)

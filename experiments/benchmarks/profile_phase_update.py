@@ -146,13 +146,9 @@ def main():
     t0 = time.perf_counter()
     res = rollout.collect_update(
         [setup.train_specs[i] for i in ids], pol, setup.solver, setup.verifier,
-        rng=task_selection.update_rng(seed, n),
-        count_tokens=setup.tokenizer.count_tokens,
-        rollouts_per_task=setup.rollout_config.rollouts_per_task,
-        running_stats=stats,
-        executor_config=setup.executor_config,
-        env_config=setup.env_config, advantage_config=setup.advantage_config,
-        reward_config=setup.reward_config, phase='phase_b', update=n)
+        setup.collect, rng=task_selection.update_rng(seed, n),
+        count_tokens=setup.tokenizer.count_tokens, running_stats=stats,
+        phase='phase_b', update=n)
     after = sampling.prefill_counts()
     counts = {k: after[k] - before[k] for k in after}
     counts['compiles'] = sampling.compile_count() - compiles_before
@@ -185,9 +181,8 @@ def main():
       entry['same_commands'] = bool(len(base.decisions) == len(result.decisions)
                                     and all(same))
     params, opt_state, learn = rl_learner.learner_update(
-        params, ref_params, opt_state, result.decision_tokens(), model_config=mc,
-        batching_config=setup.batching_config, loss=setup.loss, opt=setup.opt,
-        pad_id=int(setup.tokenizer.pad_token_id))
+        params, ref_params, opt_state, result.decision_tokens(),
+        dataclasses.replace(setup.learner, model_config=mc))
     jax.block_until_ready(params)
     t2 = time.perf_counter()
     total = t2 - t0

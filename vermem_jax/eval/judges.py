@@ -134,16 +134,18 @@ class JudgeConfig:
     if self.fallback not in FALLBACKS:
       raise ValueError(f'eval.judge.fallback={self.fallback!r}; expected one of '
                        f'{FALLBACKS}')
-    if self.backend == 'openai_compatible' and not (self.base_url and self.model):
-      raise ValueError("eval.judge.backend='openai_compatible' needs eval.judge.base_url "
-                       'and eval.judge.model')
-    for name, low in (('max_retries', 0), ('max_concurrency', 1), ('max_new_tokens', 1),
-                      ('batch_size', 1), ('backoff_s', 0), ('temperature', 0),
+    chat = self.chat  # checks the endpoint's numbers
+    if self.backend == 'openai_compatible':
+      chat.check_endpoint()
+    for name, low in (('max_new_tokens', 1), ('batch_size', 1), ('temperature', 0),
                       ('max_section_chars', 100)):
       if getattr(self, name) < low:
         raise ValueError(f'eval.judge.{name} must be >= {low}, got {getattr(self, name)}')
-    if self.timeout_s <= 0:
-      raise ValueError(f'eval.judge.timeout_s must be > 0, got {self.timeout_s}')
+
+  @property
+  def chat(self) -> http_chat.ChatBackendConfig:
+    """The HTTP backend's endpoint settings (section `eval.judge`)."""
+    return http_chat.ChatBackendConfig.of(self, 'eval.judge')
 
   @classmethod
   def from_config(cls, section: Mapping[str, Any]) -> 'JudgeConfig':
@@ -304,11 +306,8 @@ def make_judge(config: JudgeConfig, *, tokenizer: Any = None, model_config: Any 
   if not config.backend:
     return None
   if config.backend == 'openai_compatible':
-    client = http_chat.ChatClient(
-        config.base_url, config.model, api_key_env=config.api_key_env,
-        require_api_key=True, api_key_field='eval.judge.api_key_env',
-        timeout_s=config.timeout_s, max_retries=0,
-        max_concurrency=config.max_concurrency)
+    # The judge's own rounds retry (also unparsable replies); the client does not.
+    client = config.chat.client(require_api_key=True, retry_in_client=False)
     return Judge(config, lambda convs: client.complete_many(
         convs, max_tokens=config.max_new_tokens, temperature=config.temperature),
                  close=client.close)

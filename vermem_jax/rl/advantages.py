@@ -288,39 +288,53 @@ def local_advantages(ops: Sequence[str], r_local, scored, config: AdvantageConfi
 
 
 # ----------------------------------------------------------------- A^hier per mode
-# Each takes per-decision [N] arrays (A^local and the trajectory advantages already
-# clipped and broadcast to decisions) and returns [N] float64 A^hier.
+# Each takes the per-decision [N] arrays A^local, A^global, A^task (clipped and
+# broadcast to decisions; a term the mode does not use is zeros) and the costs c, and
+# returns [N] float64 A^hier. `MODE_FORMULAS` picks one by AdvantageConfig.mode.
 
 
-def a_hier_full(a_local, a_global, costs, config: AdvantageConfig) -> np.ndarray:
+def a_hier_full(a_local, a_global, a_task, costs,
+                config: AdvantageConfig) -> np.ndarray:
   """Local+Global (full VerMem, mode 'full'): λ_l A^local + λ_g A^global - λ_c c
   (paper Eq. 5; Table 4 row Local+Global)."""
+  del a_task
   return (config.lambda_local * np.asarray(a_local, np.float64)
           + config.lambda_global * np.asarray(a_global, np.float64)
           - config.lambda_constraint * np.asarray(costs, np.float64))
 
 
-def a_hier_no_verify(a_task, costs, config: AdvantageConfig) -> np.ndarray:
+def a_hier_no_verify(a_local, a_global, a_task, costs,
+                     config: AdvantageConfig) -> np.ndarray:
   """VerMem-noVerify (mode 'no_verify'): λ_g A^task - λ_c c, the normalized
   task-outcome advantage plus hard constraints (Table 4, Table 16 and App. C captions)."""
+  del a_local, a_global
   return (config.lambda_global * np.asarray(a_task, np.float64)
           - config.lambda_constraint * np.asarray(costs, np.float64))
 
 
-def a_hier_plus_local(a_task, a_local, costs, config: AdvantageConfig) -> np.ndarray:
+def a_hier_plus_local(a_local, a_global, a_task, costs,
+                      config: AdvantageConfig) -> np.ndarray:
   """+Local (mode 'plus_local'): λ_g A^task + λ_l A^local - λ_c c: noVerify plus the
   local operation advantage (Table 4 and Table 18 captions: "+Local adds the local
   operation advantage")."""
+  del a_global
   return (config.lambda_global * np.asarray(a_task, np.float64)
           + config.lambda_local * np.asarray(a_local, np.float64)
           - config.lambda_constraint * np.asarray(costs, np.float64))
 
 
-def a_hier_plus_global(a_global, costs, config: AdvantageConfig) -> np.ndarray:
+def a_hier_plus_global(a_local, a_global, a_task, costs,
+                       config: AdvantageConfig) -> np.ndarray:
   """+Global (mode 'plus_global'): λ_g A^global - λ_c c: the composite global
   advantage replaces the task-only one (Table 4 and Table 18 captions)."""
+  del a_local, a_task
   return (config.lambda_global * np.asarray(a_global, np.float64)
           - config.lambda_constraint * np.asarray(costs, np.float64))
+
+
+# AdvantageConfig.mode -> its A^hier formula (the paper's Table 4 rows).
+MODE_FORMULAS = {'full': a_hier_full, 'no_verify': a_hier_no_verify,
+                 'plus_local': a_hier_plus_local, 'plus_global': a_hier_plus_global}
 
 
 def floor_rejections(a_hier, accepted, costs,
@@ -515,14 +529,7 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
 
   a_global = traj_a_global[tidx]
   a_task = traj_a_task[tidx]
-  if mode == 'full':
-    a_hier = a_hier_full(a_local, a_global, c, config)
-  elif mode == 'plus_local':
-    a_hier = a_hier_plus_local(a_task, a_local, c, config)
-  elif mode == 'plus_global':
-    a_hier = a_hier_plus_global(a_global, c, config)
-  else:  # no_verify
-    a_hier = a_hier_no_verify(a_task, c, config)
+  a_hier = MODE_FORMULAS[mode](a_local, a_global, a_task, c, config)
   num_floored = 0
   if config.rejection_floor == 'below_executable':
     a_hier, num_floored = floor_rejections(a_hier, acc, c, config)

@@ -29,11 +29,11 @@ segments are therefore counted with a segment_sum over at most B·L (+1 for mask
 segments, a static bound, so the loss jit-compiles once per [B, L] bucket.
 
 Memory: the model steps (rl/loss_step.py: grpo_loss_and_grads, sft_loss_and_grads,
-policy_logprobs; and train/rl_learner.grpo_step) never form [B, L, V] logits:
+policy_logprobs) never form [B, L, V] logits:
 `loss_step.command_token_stats` projects the gathered hidden states onto the vocabulary in chunks of `loss_chunk_size`
 command positions (rl/token_stats.py) and the losses read per-token statistics
-(`grpo_loss_from_token_stats`, `command_nll_from_token_stats`); the `*_from_logits`
-functions are the same losses on full logits (the reference definitions).
+(`grpo_loss_from_token_stats`, `command_nll_from_token_stats`); tests/grpo_reference.py
+holds the same losses on full logits (the reference definitions).
 
 Deferred normalization (as Tunix/MaxText do for gradient accumulation): the loss returns
 the SUM over decisions of each decision's token-mean loss and the NUMBER of decisions;
@@ -44,7 +44,7 @@ gives the same loss and gradient. Metrics are (sum, count) pairs (`*_min`/`*_max
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping
 
 import jax
 import jax.numpy as jnp
@@ -172,15 +172,7 @@ _compute_dtype = token_stats.compute_dtype
 
 
 def check_loss_args(shape, batch, temperature, kl_estimator=None):
-  """Validates the [B, L] loss batch against `shape` = (B, L) and the options.
-
-  Used by every loss over the gathered batch (`grpo_loss_from_logits`,
-  `loss_step.grpo_loss_and_grads`).
-
-  Raises:
-    ValueError: a missing key of `LOSS_BATCH_KEYS`, an array whose shape is not
-      `shape`, a non-positive temperature or an unknown `kl_estimator`.
-  """
+  """Validates the [B, L] loss batch against `shape` = (B, L) and the options."""
   missing = [k for k in LOSS_BATCH_KEYS if k not in batch]
   if missing:
     raise ValueError(f"loss batch is missing keys {missing}")
@@ -198,30 +190,25 @@ def check_loss_args(shape, batch, temperature, kl_estimator=None):
 # --------------------------------------------------------------------------- losses
 
 
-def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
-                          batch: Mapping[str, jax.Array], *,
-                          clip_epsilon: float = DEFAULT_CLIP_EPSILON,
-                          kl_beta: float = DEFAULT_KL_BETA,
-                          kl_estimator: str = 'exact',
-                          temperature: float = 1.0,
-                          max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
-  """Summed token-level clipped GRPO loss over decisions (paper Eq. 10-11, App. F.6).
-
-  Pure and jittable (the keyword arguments are Python constants).
+def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
+                               batch: Mapping[str, jax.Array], *,
+                               clip_epsilon: float = DEFAULT_CLIP_EPSILON,
+                               kl_beta: float = DEFAULT_KL_BETA,
+                               kl_estimator: str = 'exact',
+                               max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+  """Summed token-level clipped GRPO loss over decisions (paper Eq. 10-11, App. F.6)
+  from per-token statistics (rl/token_stats.py).
 
   Args:
-    logits: [B, L, V] policy logits at the command-token positions only (any float
-      dtype; computed in float32).
-    ref_logits: [B, L, V] reference-policy logits at the same positions (treated as
-      constants), or None when kl_beta == 0.
+    stats: [B, L] arrays 'logp' (log π_θ(y_j) at the policy temperature), 'entropy',
+      and 'kl' (exact estimator) or 'ref_logp' (k3); without either the KL is 0
+      (kl_beta must then be 0).
     batch: the [B, L] loss batch (module docstring): target_ids, command_ids,
-      advantages (A^hier per token), old_logprobs (θ_old, at `temperature`).
+      advantages (A^hier per token), old_logprobs (θ_old, at the policy temperature).
     clip_epsilon: PPO clip ε_clip (SPEC §6: 0.2).
     kl_beta: KL weight β_KL (SPEC §6: 0.1).
     kl_estimator: 'exact' = Σ_v p log(p / p_ref) over the vocabulary; 'k3' =
       exp(Δ) - 1 - Δ with Δ = log p_ref(y) - log p(y) on the sampled token.
-    temperature: policy sampling temperature T (SPEC §4: 0.7); policy, reference and
-      old log-probabilities are all at T.
     max_log_ratio: clamp of log ρ before exp.
 
   Returns:
@@ -231,44 +218,8 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
     clip_active_fraction (the clipped term is the min: ρ > 1+ε with A > 0 or ρ < 1-ε
     with A < 0), approx_kl ((ρ-1) - log ρ, KL(π_θold || π_θ) estimate), kl, ratio,
     ratio_min, ratio_max, entropy, logprob_gap (learner minus old/sampler log-prob),
-    logprob_abs_gap, advantage (token-level) and policy_loss, kl_loss (decision-level). Divide loss_sum
-    and its gradient by the update's total num_decisions.
-
-  Raises:
-    ValueError: (at trace time) on missing keys, mismatched shapes, bad options, or
-      ref_logits None with kl_beta != 0.
-  """
-  if logits.ndim != 3:
-    raise ValueError(f"logits must be [B, L, V], got shape {logits.shape}")
-  check_loss_args(logits.shape[:2], batch, temperature, kl_estimator)
-  if ref_logits is None and kl_beta != 0:
-    raise ValueError("ref_logits is required when kl_beta != 0")
-  if ref_logits is not None and ref_logits.shape != logits.shape:
-    raise ValueError(f"ref_logits shape {ref_logits.shape} != logits {logits.shape}")
-  stats = token_stats.stats_from_logits(
-      logits, ref_logits, batch['target_ids'], temperature=temperature,
-      kl_estimator=None if ref_logits is None else kl_estimator)
-  return grpo_loss_from_token_stats(stats, batch, clip_epsilon=clip_epsilon,
-                                    kl_beta=kl_beta, kl_estimator=kl_estimator,
-                                    max_log_ratio=max_log_ratio)
-
-
-def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
-                               batch: Mapping[str, jax.Array], *,
-                               clip_epsilon: float = DEFAULT_CLIP_EPSILON,
-                               kl_beta: float = DEFAULT_KL_BETA,
-                               kl_estimator: str = 'exact',
-                               max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
-  """`grpo_loss_from_logits` from per-token statistics (rl/token_stats.py).
-
-  Args:
-    stats: [B, L] arrays 'logp' (log π_θ(y_j) at the policy temperature), 'entropy',
-      and 'kl' (exact estimator) or 'ref_logp' (k3); without either the KL is 0
-      (kl_beta must then be 0).
-    batch, clip_epsilon, kl_beta, kl_estimator, max_log_ratio: as in
-      grpo_loss_from_logits.
-  Returns:
-    (loss_sum, num_decisions, metrics) as grpo_loss_from_logits.
+    logprob_abs_gap, advantage (token-level) and policy_loss, kl_loss (decision-level).
+    Divide loss_sum and its gradient by the update's total num_decisions.
   """
   logp = stats['logp']
   dt = _compute_dtype(logp)
@@ -335,15 +286,14 @@ NLL_REDUCTIONS = ('token', 'decision', 'sqrt', 'sequence')
 _LENGTH_NORM = {'decision': lambda n: n, 'sqrt': jnp.sqrt, 'sequence': None}
 
 
-def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *,
-                            reduction: str = 'token', temperature: float = 1.0):
-  """Summed SFT negative log-likelihood of command tokens (paper Eq. 7).
-
-  Pure and jittable. Uses the same [B, L] layout as grpo_loss_from_logits (only
-  target_ids and command_ids are read) and the same deferred normalization.
+def command_nll_from_token_stats(stats: Mapping[str, jax.Array],
+                                 batch: Mapping[str, jax.Array], *,
+                                 reduction: str = 'token'):
+  """Summed SFT negative log-likelihood of command tokens (paper Eq. 7) from per-token
+  'logp' and 'correct' [B, L] statistics (rl/token_stats.py).
 
   Args:
-    logits: [B, L, V] logits at the command-token positions.
+    stats: {'logp', 'correct'} [B, L] float32 (at the temperature they were taken at).
     batch: {'target_ids': [B, L] int, 'command_ids': [B, L] int (0 = not trained)}.
     reduction: 'token' — sum of token NLLs, count = command tokens (per-token mean);
       'decision' — each command's token-mean NLL summed, count = commands;
@@ -352,35 +302,14 @@ def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *
       weighs 1/√n, not 1/n (a 2-token ∅ against a 50-token Update: 5x, not 25x);
       'sequence' — each command's summed NLL (-log π(u* | x), Eq. 7 literally),
       count = commands.
-    temperature: logits are divided by it (1.0 for SFT).
 
   Returns:
     (nll_sum float32, count float32, metrics {'token_accuracy', 'token_nll'} as
     (sum, count) pairs over command tokens).
 
   Raises:
-    ValueError: (at trace time) on missing keys, shapes or a bad reduction.
+    ValueError: (at trace time) on a bad reduction.
   """
-  if reduction not in NLL_REDUCTIONS:
-    raise ValueError(f"reduction must be one of {NLL_REDUCTIONS}, got {reduction!r}")
-  for k in ('target_ids', 'command_ids'):
-    if k not in batch:
-      raise ValueError(f"batch is missing {k!r}")
-    if tuple(batch[k].shape) != tuple(logits.shape[:2]):
-      raise ValueError(f"batch[{k!r}] must have shape {tuple(logits.shape[:2])}")
-  if not temperature > 0:
-    raise ValueError(f"temperature must be > 0, got {temperature}")
-  stats = token_stats.stats_from_logits(logits, None, batch['target_ids'],
-                                        temperature=temperature, entropy=False,
-                                        correct=True)
-  return command_nll_from_token_stats(stats, batch, reduction=reduction)
-
-
-def command_nll_from_token_stats(stats: Mapping[str, jax.Array],
-                                 batch: Mapping[str, jax.Array], *,
-                                 reduction: str = 'token'):
-  """`command_nll_from_logits` from per-token 'logp' and 'correct' [B, L] statistics
-  (rl/token_stats.py); same returns."""
   if reduction not in NLL_REDUCTIONS:
     raise ValueError(f"reduction must be one of {NLL_REDUCTIONS}, got {reduction!r}")
   command_ids = batch['command_ids']
@@ -394,16 +323,6 @@ def command_nll_from_token_stats(stats: Mapping[str, jax.Array],
   metrics = {'token_accuracy': _masked_sum_count(stats['correct'], mask),
              'token_nll': _masked_sum_count(nll, mask)}
   return total, count, metrics
-
-
-def token_logprobs_from_logits(logits: jax.Array, target_ids: jax.Array, *,
-                               temperature: float = 1.0) -> jax.Array:
-  """log softmax(logits / T)[target] per slot: [B, L, V], [B, L] -> [B, L] float32.
-
-  The learner-side recomputation of old_logprobs (θ_old = θ before the update).
-  """
-  return token_stats.stats_from_logits(logits, None, target_ids, temperature=temperature,
-                                       entropy=False)['logp']
 
 
 # --------------------------------------------------------------------------- layout

@@ -103,51 +103,69 @@ def command_token_stats(model_config, params, batch: Mapping[str, jax.Array], *,
 
 @functools.partial(jax.jit, static_argnames=(
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'max_log_ratio', 'loss_chunk_size'))
+    'old_from_learner', 'max_log_ratio', 'loss_chunk_size'))
 def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
                         clip_epsilon: float = DEFAULT_CLIP_EPSILON,
                         kl_beta: float = DEFAULT_KL_BETA,
                         kl_estimator: str = 'exact', temperature: float = 1.0,
+                        old_from_learner: bool = False,
                         max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
                         loss_chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE):
-  """Jitted GRPO loss and gradient for one (micro-)batch (Eq. 11 through the model).
+  """The learner step: summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
 
   Policy forward over [B, T] -> hidden states gathered at command_positions ->
   per-token statistics in chunks of `loss_chunk_size` positions
   (`command_token_stats`; no [B, L, V] array) -> grpo_loss_from_token_stats; the
-  reference policy (ref_params, constants) likewise when kl_beta != 0.
+  reference policy (ref_params, constants) likewise when kl_beta != 0. The learner's
+  own log π_θ(y_j | h_j) at `temperature` is returned too. With `old_from_learner`
+  (only at θ = θ_old, an update's first optimizer step), θ_old's log-probs are those
+  values under stop_gradient: ρ = exp(log π_θ − sg(log π_θ)) = 1 and ∇ρ = ∇ log π_θ,
+  without a second forward pass (train/rl_learner.py docstring); otherwise
+  batch['old_logprobs'] is used.
 
   Args:
     params: policy parameters θ (the parameter tree of vermem_jax.models.qwen).
     ref_params: reference parameters θ_ref (ignored, may be None, when kl_beta == 0).
-    batch: STEP_BATCH_KEYS (+ optional 'positions'); see select_command_tokens.
+    batch: STEP_BATCH_KEYS (+ optional 'positions'): [B, T] model inputs and the
+      [B, L] loss layout (`batching.to_step_batch`; rl/grpo.py module docstring).
     model_config: QwenConfig (static, hashable).
-    clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio: as in
-      grpo_loss_from_logits.
+    clip_epsilon, kl_beta, kl_estimator, max_log_ratio: as in
+      grpo.grpo_loss_from_token_stats.
+    temperature: T of π_θ, π_θold and π_ref (> 0).
+    old_from_learner: see above.
     loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
 
   Returns:
-    ((loss_sum, num_decisions, metrics), grads): grads = ∂ loss_sum / ∂ params, NOT yet
-    divided by the number of decisions; accumulate over micro-batches and divide by the
-    update's total num_decisions once.
+    ((loss_sum, num_decisions, metrics, learner_logprobs [B, L] float32, 0 on padding),
+    grads): grads = ∂ loss_sum / ∂ params, NOT yet divided by the number of decisions;
+    accumulate over micro-batches and divide by the mini-batch's total num_decisions
+    once.
+
+  Raises:
+    ValueError: (at trace time) on missing keys, mismatched [B, L] shapes, or bad
+      temperature / KL estimator.
   """
   missing = [k for k in STEP_BATCH_KEYS if k not in batch]
   if missing:
     raise ValueError(f"step batch is missing keys {missing}")
   check_loss_args(batch['target_ids'].shape, batch, temperature, kl_estimator)
+  mask = batch['command_ids'] > 0
 
   def loss_fn(p):
     stats = command_token_stats(
         model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
         kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
         chunk_size=loss_chunk_size)
+    logp = jnp.where(mask, jax.lax.stop_gradient(stats['logp']), 0.0)
+    loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
     loss_sum, num, metrics = grpo_loss_from_token_stats(
-        stats, batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
+        stats, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
         kl_estimator=kl_estimator, max_log_ratio=max_log_ratio)
-    return loss_sum, (num, metrics)
+    return loss_sum, (num, metrics, logp)
 
-  (loss_sum, (num, metrics)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  return (loss_sum, num, metrics), sharding.constrain_params(grads)
+  (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
+      loss_fn, has_aux=True)(params)
+  return (loss_sum, num, metrics, logp), sharding.constrain_params(grads)
 
 
 @functools.partial(jax.jit, static_argnames=('model_config', 'temperature',
@@ -175,7 +193,7 @@ def sft_loss_and_grads(params, batch, *, model_config, reduction: str = 'token',
     batch: input_ids, attention_mask, (positions), command_positions, target_ids,
       command_ids (select_command_tokens layout; advantages/old_logprobs unused).
     model_config: QwenConfig (static).
-    reduction: see command_nll_from_logits.
+    reduction: see grpo.command_nll_from_token_stats.
     loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
 
   Returns:

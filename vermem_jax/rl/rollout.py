@@ -244,19 +244,36 @@ def _score(results, num_tasks: int, k_group: int, verifier: vbase.Verifier,
 # ------------------------------------------------------------------------ collection
 
 
+@dataclasses.dataclass(frozen=True)
+class CollectConfig:
+  """How an update's rollouts are run and scored (config sections `rl`, `memory`,
+  `episodes`, `advantage`, `reward`, `verifier`).
+
+  Attributes:
+    rollouts_per_task: K isolated rollouts per task (SPEC §4: 8).
+    executor_config, env_config: memory executor and episode-loop settings.
+    advantage_config, reward_config: SPEC §5-6 settings.
+    global_labels: give the global verifier the reference answer and supporting facts
+      (training, App. F.1/F.3).
+    global_history_tokens: token budget of the terminal history in the global input;
+      None = the verifier config's `global_history_tokens` (unbounded without one).
+  """
+  rollouts_per_task: int
+  executor_config: mconfig.ExecutorConfig = mconfig.ExecutorConfig()
+  env_config: episode_types.EnvConfig = episode_types.EnvConfig()
+  advantage_config: adv.AdvantageConfig = adv.AdvantageConfig()
+  reward_config: rw.RewardConfig = rw.RewardConfig()
+  global_labels: bool = True
+  global_history_tokens: Optional[int] = None
+
+
 def collect_update(tasks: Sequence[episode_types.EpisodeSpec],
                    policy: task_selection.RolloutPolicy,
-                   solver: task_solvers.TaskSolver, verifier: vbase.Verifier, *,
-                   rng: Any, count_tokens: Callable[[str], int],
-                   rollouts_per_task: int,
-                   running_stats: Optional[running_stats_lib.RunningStats],
-                   executor_config: mconfig.ExecutorConfig = mconfig.ExecutorConfig(),
-                   env_config: episode_types.EnvConfig = episode_types.EnvConfig(),
-                   advantage_config: adv.AdvantageConfig = adv.AdvantageConfig(),
-                   reward_config: rw.RewardConfig = rw.RewardConfig(),
-                   phase: str = '', update: int = 0, global_labels: bool = True,
-                   update_running_stats: bool = True,
-                   global_history_tokens: Optional[int] = None, group: Any = None
+                   solver: task_solvers.TaskSolver, verifier: vbase.Verifier,
+                   settings: CollectConfig, *, rng: Any,
+                   count_tokens: Callable[[str], int],
+                   running_stats: Optional[running_stats_lib.RunningStats], phase: str = '',
+                   update: int = 0, update_running_stats: bool = True, group: Any = None
                    ) -> rollout_records.RolloutResult:
   """Collects T tasks x K rollouts, scores them and computes A^hier (module docstring).
 
@@ -269,19 +286,14 @@ def collect_update(tasks: Sequence[episode_types.EpisodeSpec],
     verifier: local + global verifier (verifiers.make_verifier).
     rng: the update's PRNG key (`task_selection.update_rng`) or an int seed; policy
       call i gets fold_in(rng, i) (`task_selection.BoundPolicy`).
+    settings: K, executor / environment / advantage / reward settings, what the
+      global verifier sees.
     count_tokens: backbone `str -> int` token counter.
-    rollouts_per_task: K.
     running_stats: the phase RunningStats (required by advantage modes using A^local;
       updated in place after use when update_running_stats).
-    executor_config, env_config: memory executor and episode-loop settings.
-    advantage_config, reward_config: SPEC §5-6 settings.
     phase: phase name for the advantage-table rows (e.g. 'phase_b').
     update: 1-based update index for the rows.
-    global_labels: give the global verifier the reference answer and supporting facts
-      (training, App. F.1/F.3).
     update_running_stats: fold this batch into running_stats (False for diagnostics).
-    global_history_tokens: token budget of the terminal history in the global input;
-      None = the verifier config's `global_history_tokens` (unbounded without one).
     group: multi-process collection (train/distributed.py ProcessGroup; `policy` in
       collective mode): `tasks` are this process's block of the update's tasks, in
       process order. Rewards and A^global stay per process (each group's K rollouts
@@ -297,10 +309,14 @@ def collect_update(tasks: Sequence[episode_types.EpisodeSpec],
     ValueError: no tasks, K < 1, or errors of the environment / advantages (bad
       policy output counts, out-of-range rewards).
   """
+  executor_config, env_config = settings.executor_config, settings.env_config
+  advantage_config, reward_config = settings.advantage_config, settings.reward_config
+  global_labels = settings.global_labels
+  global_history_tokens = settings.global_history_tokens
   tasks = list(tasks)
   if not tasks:
     raise ValueError('collect_update: no tasks')
-  k_group = int(rollouts_per_task)
+  k_group = int(settings.rollouts_per_task)
   if k_group < 1:
     raise ValueError(f'collect_update: rollouts_per_task must be >= 1, got {k_group}')
   timings = dict.fromkeys(rollout_records.TIMING_KEYS, 0.0)

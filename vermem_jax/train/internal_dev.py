@@ -1,6 +1,6 @@
 """Greedy internal-dev episodes of a policy: the figures a phase summary reports.
 
-`evaluate_dev_episodes(policy, specs, solver, ...)` runs each internal-dev EpisodeSpec
+`run_dev_episodes(specs, policy, solver, ...)` runs each internal-dev EpisodeSpec
 once (SPEC §7 protocol for the episode: greedy policy decoding, temperature 0, no
 verifier) through the batched episode loop (`envs.environment.run_episodes`) and
 scores every trajectory with the reward functions of `rl.rewards`:
@@ -29,8 +29,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from vermem_jax.envs import environment
+from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands as mcommands
+from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout
 from vermem_jax.rl import task_selection
@@ -38,68 +40,98 @@ from vermem_jax.rl import task_selection
 # Printed beside figures that the CPU stand-ins produce (GUIDE: label them).
 STAND_IN_NOTE = ('CPU stand-ins: oracle-evidence reader as task solver, heuristic '
                  'verifier; not a model judge')
-# Keys of `evaluate_dev_episodes`'s result that are means over episodes.
+# Keys of `summary`'s result that are means over episodes.
 EPISODE_METRICS = ('r_task', 'r_sup', 'p_aux', 'm_ans', 'rejected_rate',
                    'decisions_per_episode', 'tool_calls_per_episode')
 
 
-def evaluate_dev_episodes(policy: Callable[[Sequence[str], Any], Sequence[Any]],
-                          specs: Sequence[episode_types.EpisodeSpec], solver: Any, *,
-                          count_tokens: Callable[[str], int],
-                          executor_config: Any,
-                          env_config: episode_types.EnvConfig = episode_types.EnvConfig(),
-                          rng: Any = 0) -> dict[str, float]:
-  """Runs every spec once with `policy` and returns the mean episode metrics.
+def run_dev_episodes(specs: Sequence[episode_types.EpisodeSpec],
+                     policy: Callable[[Sequence[str], Any], Sequence[Any]], solver: Any, *,
+                     count_tokens: Callable[[str], int], executor_config: Any,
+                     env_config: episode_types.EnvConfig = episode_types.EnvConfig(),
+                     rng: Any = 0, group: Any = None) -> list[dict[str, Any]]:
+  """The internal-dev evaluation: runs every spec once with `policy` and scores it.
+
+  Both readings of it come from these records: `summary` (the phase summary's
+  `internal_dev/*` figures) and `selection_figures` (checkpoint selection's `dev/*`,
+  train/rl_selection.py).
 
   Args:
+    specs: internal-dev EpisodeSpecs (`envs.episodes.build_phase_episodes(...)[1]`).
     policy: a batched `(inputs, rng) -> PolicyOutputs` callable, normally
       `rl.policy.SamplerPolicy(..., greedy=True)` (greedy, so `rng` does not matter).
-    specs: internal-dev EpisodeSpecs (`envs.episodes.build_phase_episodes(...)[1]`).
     solver: the task solver π_task (tiny scale: `task_solvers.OracleEvidenceReader`).
     count_tokens: the backbone token counter.
     executor_config: `memory.ExecutorConfig` (budgets, costs; phase from each spec).
     env_config: rollout limit and token budget.
     rng: key or int seed passed to the policy (call i gets fold_in(rng, i)).
+    group: multi-process run (train/distributed.py ProcessGroup; `policy` in
+      collective mode): each process runs its contiguous block of `specs` and the
+      records are gathered, so every process returns what one process would.
   Returns:
-    {'num_episodes', each of EPISODE_METRICS (mean over episodes; rejected_rate over
-    decisions), 'op_share/<op>' for every op that occurred (share of decisions,
-    'Invalid' = text naming no tool)}.
+    One record per episode, in spec order: 'r_task', 'em', 'f1', 'sf_recall', 'm_ans',
+    'r_sup', 'p_aux' (floats), 'decisions', 'tool_calls', 'rejected' (ints), 'ops'
+    (Counter op -> decisions).
   Raises:
     ValueError: no specs.
   """
   if not specs:
-    raise ValueError('evaluate_dev_episodes needs at least one episode spec')
-  results = environment.run_episodes(
-      list(specs), task_selection.BoundPolicy(policy, rng), solver,
-      count_tokens=count_tokens, executor_config=executor_config, env_config=env_config)
-  return summarize_results(results)
+    raise ValueError('the internal-dev evaluation needs at least one episode spec '
+                     '(config.episodes.num_dev >= 1)')
+  bound = task_selection.BoundPolicy(policy, rng)
+
+  def run_mine():
+    try:
+      results = environment.run_episodes(
+          process_split.split_tasks(list(specs), group), bound, solver,
+          count_tokens=count_tokens, executor_config=executor_config,
+          env_config=env_config)
+    finally:
+      bound.drain()  # a collective policy keeps joining the other processes' rounds
+    return [episode_record(r) for r in results]
+
+  if group is None:
+    return run_mine()
+  _, parts = process_split.run_and_share(run_mine, group.allgather, group.index)
+  return [row for part in parts for row in part]
 
 
-def summarize_results(results: Sequence[episode_types.EpisodeResult]) -> dict[str, float]:
-  """The `evaluate_dev_episodes` metrics of finished episodes (see there)."""
-  r_task, r_sup, p_aux, m_ans = [], [], [], []
-  ops: collections.Counter = collections.Counter()
-  rejected = decisions = tool_calls = 0
-  for res in results:
-    example = res.spec.example
-    rt = rw.r_task(res.final_answer, example.answer)
-    pa = rw.p_aux(res.constraint_costs)
-    r_task.append(rt)
-    r_sup.append(rw.r_sup(rollout.trajectory_evidence(res), example.supporting_facts))
-    p_aux.append(pa)
-    m_ans.append(float(rw.m_ans(rt, pa)))
-    for d in res.decisions:
-      ops[d.op] += 1
-      rejected += not d.accepted
-    decisions += res.num_decisions
-    tool_calls += res.tool_calls
-  n = len(results)
-  out = {'num_episodes': float(n), 'r_task': float(np.mean(r_task)),
-         'r_sup': float(np.mean(r_sup)), 'p_aux': float(np.mean(p_aux)),
-         'm_ans': float(np.mean(m_ans)),
-         'rejected_rate': rejected / max(decisions, 1),
-         'decisions_per_episode': decisions / n, 'tool_calls_per_episode': tool_calls / n}
-  out.update(op_shares(ops))
+def episode_record(result: episode_types.EpisodeResult) -> dict[str, Any]:
+  """The scores and counts of one finished dev episode (`run_dev_episodes`)."""
+  example = result.spec.example
+  gold, answer = example.answer, result.final_answer
+  r_task = rw.r_task(answer, gold)
+  p_aux = rw.p_aux(result.constraint_costs)
+  seen = answer_metrics.solver_seen_evidence(result)
+  return {'r_task': r_task,
+          'em': answer_metrics.exact_match(answer, gold) if answer is not None else 0.0,
+          'f1': answer_metrics.f1_score(answer, gold) if answer is not None else 0.0,
+          'sf_recall': answer_metrics.supporting_fact_recall(seen, example),
+          'm_ans': float(rw.m_ans(r_task, p_aux)),
+          'r_sup': rw.r_sup(rollout.trajectory_evidence(result), example.supporting_facts),
+          'p_aux': p_aux, 'decisions': result.num_decisions,
+          'tool_calls': result.tool_calls,
+          'rejected': sum(not d.accepted for d in result.decisions),
+          'ops': collections.Counter(d.op for d in result.decisions)}
+
+
+def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+  """The phase summary's figures of `run_dev_episodes` records.
+
+  Returns:
+    {'num_episodes', each of EPISODE_METRICS (mean over episodes; rejected_rate over
+    decisions), 'op_share/<op>' for every op that occurred (share of decisions,
+    'Invalid' = text naming no tool)}.
+  """
+  n = len(records)
+  decisions = sum(r['decisions'] for r in records)
+  out = {'num_episodes': float(n)}
+  for key in ('r_task', 'r_sup', 'p_aux', 'm_ans'):
+    out[key] = float(np.mean([r[key] for r in records]))
+  out.update({'rejected_rate': sum(r['rejected'] for r in records) / max(decisions, 1),
+              'decisions_per_episode': decisions / n,
+              'tool_calls_per_episode': sum(r['tool_calls'] for r in records) / n})
+  out.update(op_shares(sum((r['ops'] for r in records), collections.Counter())))
   return out
 
 

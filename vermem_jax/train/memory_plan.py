@@ -5,7 +5,7 @@ For an RL phase's shapes (`PlanSettings`, from a config by `plan_settings`) and 
 inputs carrying the trainer's shardings -- exactly the jitted programs an update runs
 and reads each one's per-device `compiled.memory_analysis()`:
 
-  learner     `rl_learner.grpo_step` on one micro-batch (`batching.micro_batch_size`
+  learner     `loss_step.grpo_loss_and_grads` on one micro-batch (`batching.micro_batch_size`
               rows of the last length bucket, the last command bucket): reference
               forward, policy forward + backward with the config's remat and attention
               kernel, the chunked exact-KL loss (`batching.loss_chunk_size`);
@@ -45,6 +45,8 @@ from vermem_jax.models import kv_cache
 from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling
 from vermem_jax.models import sharding
+from vermem_jax.rl import loss_step
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_setup
@@ -72,7 +74,7 @@ class PlanSettings:
     micro_batch: learner rows per micro-batch; length: T tokens per row (the last
       length bucket); command_tokens: L (the last command bucket).
     loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
-    loss: rl_learner.LossConfig; opt: rl_optimizer.RLOptimizerConfig.
+    loss: rl_learner.LossConfig; opt: optim.OptimizerConfig.
     rollout_rows: sampler batch B (tasks x rollouts); shared_prefill_rows: prompts
       prefilled at a rollout's first decision (one per task, rounded up to a power of
       two as `generate` does; = rollout_rows without share_prefill).
@@ -86,7 +88,7 @@ class PlanSettings:
   command_tokens: int
   loss_chunk_size: int | None
   loss: rl_learner.LossConfig
-  opt: rl_optimizer.RLOptimizerConfig
+  opt: optim.OptimizerConfig
   rollout_rows: int
   shared_prefill_rows: int
   prompt_len: int
@@ -155,8 +157,9 @@ def learner_batch(s: PlanSettings, mesh: Any = None) -> dict[str, jax.ShapeDtype
   return out
 
 
-def grpo_step_kwargs(s: PlanSettings) -> dict[str, Any]:
-  """The static arguments `rl_learner.learner_update` passes `grpo_step` (first step
+def learner_step_kwargs(s: PlanSettings) -> dict[str, Any]:
+  """The static arguments `rl_learner.learner_update` passes the learner step
+  `loss_step.grpo_loss_and_grads` (first step
   of an update: θ_old's log-probs from the learner, as the default config does)."""
   return dict(model_config=s.model_config, clip_epsilon=s.loss.clip_epsilon,
               kl_beta=s.loss.kl_beta, kl_estimator=s.loss.kl_estimator,
@@ -235,8 +238,8 @@ def make_plan(s: PlanSettings, *, stages: Sequence[str] = STAGES,
            'kv_cache': kv_cache_bytes(s, mesh)}
   replicated = setup_lib.replicated(mesh)
   programs = {
-      'learner': (lambda: rl_learner.grpo_step.lower(
-          params, params, learner_batch(s, mesh), **grpo_step_kwargs(s)),
+      'learner': (lambda: loss_step.grpo_loss_and_grads.lower(
+          params, params, learner_batch(s, mesh), **learner_step_kwargs(s)),
                   ('optimizer', 'grads')),
       'accumulate': (lambda: rl_optimizer.add_grads.lower(grads, grads),
                      ('params', 'reference', 'optimizer')),

@@ -22,8 +22,9 @@ selectable restore unchanged).
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Union
+from typing import Any, Union
 
 import jax
 import optax
@@ -66,6 +67,68 @@ def lr_schedule(kind: str, peak: float, total_steps: int,
     return after
   warm = optax.linear_schedule(peak / w, peak, max(1, w - 1))
   return optax.join_schedules([warm, after], [w])
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """clip_by_global_norm -> AdamW under a schedule: the optimizer of SFT (config section
+  `sft`, SPEC §4) and of the RL phases (section `rl`, SPEC §6). Hashable: a static jit
+  argument.
+
+  Attributes:
+    learning_rate: peak AdamW rate (SPEC §4 SFT 2e-5, §6 RL 1e-6).
+    total_steps: optimizer steps of the run, for the schedule (>= 1).
+    warmup_ratio: share of total_steps with linear warmup (SPEC §4 SFT 0.03; RL:
+      decision 0).
+    lr_schedule: one of LR_SCHEDULES (module docstring).
+    weight_decay: AdamW decoupled weight decay, not on 1-D params (SPEC gives none: 0).
+    max_grad_norm: global-norm clip (SPEC §4, §6: 1.0).
+    adam_b1, adam_b2, adam_eps: AdamW moments and ε (decision: the PyTorch / HF
+      defaults 0.9, 0.999, 1e-8).
+    section: the config section the values come from; names the field in errors.
+  Raises:
+    ValueError: a rate or clip <= 0, a negative weight decay, or a bad schedule,
+      naming `<section>.<field>`.
+  """
+  learning_rate: float
+  total_steps: int
+  warmup_ratio: float
+  lr_schedule: str
+  weight_decay: float = 0.0
+  max_grad_norm: float = 1.0
+  adam_b1: float = 0.9
+  adam_b2: float = 0.999
+  adam_eps: float = 1e-8
+  section: str = 'rl'
+
+  def __post_init__(self):
+    if not self.learning_rate > 0:
+      raise ValueError(f'{self.section}.learning_rate must be > 0, got '
+                       f'{self.learning_rate}')
+    if not self.max_grad_norm > 0:
+      raise ValueError(f'{self.section}.max_grad_norm must be > 0, got '
+                       f'{self.max_grad_norm}')
+    if self.weight_decay < 0:
+      raise ValueError(f'{self.section}.weight_decay must be >= 0, got '
+                       f'{self.weight_decay}')
+    check_schedule(self.lr_schedule, self.warmup_ratio, self.total_steps, self.section)
+
+  @property
+  def warmup_steps(self) -> int:
+    """ceil(warmup_ratio · total_steps) (HF `get_warmup_steps`)."""
+    return warmup_steps(self.warmup_ratio, self.total_steps)
+
+  @classmethod
+  def from_section(cls, section: Any, *, name: str, total_steps: int) -> 'OptimizerConfig':
+    """From config section `name` (`sft` or `rl`; fields of the same names) over
+    `total_steps` optimizer steps."""
+    return cls(learning_rate=float(section.learning_rate), total_steps=int(total_steps),
+               warmup_ratio=float(section.warmup_ratio),
+               lr_schedule=str(section.lr_schedule),
+               weight_decay=float(section.weight_decay),
+               max_grad_norm=float(section.max_grad_norm), adam_b1=float(section.adam_b1),
+               adam_b2=float(section.adam_b2), adam_eps=float(section.adam_eps),
+               section=name)
 
 
 def _decay_mask(params):

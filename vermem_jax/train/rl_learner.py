@@ -13,7 +13,7 @@ rl.mini_batches_per_iteration = M shuffled mini-batches (a fresh permutation per
 seeded by (seed, update, pass); M = 1 keeps the decisions in order) and ONE optimizer
 step per mini-batch: μ·M steps per update. A mini-batch's decisions become padded
 micro-batches (`batching.micro_batches`, command-token weights divided by that
-mini-batch's N_b decisions); `grpo_step` (loss_step.command_token_stats +
+mini-batch's N_b decisions); `loss_step.grpo_loss_and_grads` (command_token_stats +
 grpo.grpo_loss_from_token_stats, jitted: the head and loss run in chunks of
 `batching.loss_chunk_size` command positions, no [B, L, V] array) returns loss and
 gradient SUMS per micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
@@ -60,7 +60,6 @@ Devices (`train/setup.py`). θ, π_ref and the AdamW state are placed on the
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Any, Mapping, Sequence
 
@@ -70,12 +69,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from vermem_jax.models import qwen_config
-from vermem_jax.models import sharding
 from vermem_jax.rl import batching
 from vermem_jax.rl import grpo
 from vermem_jax.rl import loss_step
 from vermem_jax.train import distributed
 from vermem_jax.train import nonfinite
+from vermem_jax.train import optim
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import setup as setup_lib
 
@@ -109,7 +108,6 @@ def learner_batching_config(bcfg: batching.BatchingConfig, *, policy_input_limit
 
 
 # The optimizer side (train/rl_optimizer.py), re-exported for the trainers and tests.
-RLOptimizerConfig = rl_optimizer.RLOptimizerConfig
 PPOConfig = rl_optimizer.PPOConfig
 make_optimizer = rl_optimizer.make_optimizer
 optimizer_config_from = rl_optimizer.optimizer_config_from
@@ -160,54 +158,6 @@ class LossConfig:
       raise ValueError(f'rl.max_log_ratio must be > 0, got {self.max_log_ratio}')
 
 
-@functools.partial(jax.jit, static_argnames=(
-    'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'old_from_learner', 'max_log_ratio', 'loss_chunk_size'))
-def grpo_step(params: Any, ref_params: Any, batch: Mapping[str, jax.Array], *,
-              model_config: qwen_config.QwenConfig, clip_epsilon: float, kl_beta: float,
-              kl_estimator: str, temperature: float, old_from_learner: bool,
-              max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO,
-              loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE):
-  """Summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
-
-  Same computation as `loss_step.grpo_loss_and_grads` (policy and reference statistics at
-  the command positions only, in vocabulary chunks of `loss_chunk_size` positions:
-  no [B, L, V] array; `grpo.grpo_loss_from_token_stats`), plus the learner's own
-  log π_θ(y_j | h_j) at `temperature`. With `old_from_learner` (only at θ = θ_old,
-  the update's first step), θ_old's log-probs are those values under stop_gradient:
-  ρ = exp(log π_θ − sg(log π_θ)) = 1 and ∇ρ = ∇ log π_θ, without a second forward pass
-  (module docstring). Otherwise batch['old_logprobs'] is used.
-
-  Args:
-    params, ref_params: θ and θ_ref parameter trees.
-    batch: `batching.to_step_batch` arrays ([B, T] model inputs, [B, L] loss layout).
-    model_config, clip_epsilon, kl_beta, kl_estimator, temperature, max_log_ratio:
-      static settings.
-    old_from_learner: see above.
-    loss_chunk_size: command positions per vocabulary chunk (None: unchunked).
-  Returns:
-    ((loss_sum, num_decisions, metrics, learner_logprobs [B, L] float32 (0 on
-    padding)), grads of loss_sum) — sums, not yet divided by the mini-batch's N_b.
-  """
-  mask = batch['command_ids'] > 0
-
-  def loss_fn(p):
-    stats = loss_step.command_token_stats(
-        model_config, p, batch, ref_params=ref_params if kl_beta != 0 else None,
-        kl_estimator=kl_estimator if kl_beta != 0 else None, temperature=temperature,
-        chunk_size=loss_chunk_size)
-    logp = jnp.where(mask, jax.lax.stop_gradient(stats['logp']), 0.0)
-    loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
-    loss_sum, num, metrics = grpo.grpo_loss_from_token_stats(
-        stats, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, max_log_ratio=max_log_ratio)
-    return loss_sum, (num, metrics, logp)
-
-  (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(
-      loss_fn, has_aux=True)(params)
-  return (loss_sum, num, metrics, logp), sharding.constrain_params(grads)
-
-
 @dataclasses.dataclass
 class _Step:
   """One optimizer step of learner_update (host-side record)."""
@@ -233,7 +183,7 @@ def _mini_batch_step(params, ref_params, opt_state, subset, *, old_from_learner,
   for mb in mbs:
     step_batch = batching.to_step_batch(mb)
     with setup_lib.mesh_context(mesh):
-      (l, _, m, learner_lp), grads = grpo_step(
+      (l, _, m, learner_lp), grads = loss_step.grpo_loss_and_grads(
           params, ref_params, setup_lib.place_batch(step_batch, mesh),
           old_from_learner=old_from_learner, **kw)
       grad_sum = _add_grads(grad_sum, grads)
@@ -274,11 +224,29 @@ def theta_old_logprobs(params, decisions, *, model_config, batching_config,
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+  """What the learner update reads (config sections `model`, `batching`, `rl`).
+
+  Attributes:
+    model_config: the policy's QwenConfig.
+    batching_config: learner shapes (`learner_batching_config`).
+    opt: the optimizer (optim.OptimizerConfig, section `rl`).
+    loss: ε, β, KL estimator, loss temperature, θ_old log-prob source, log-ratio clamp.
+    ppo: μ passes and M mini-batches per pass.
+    pad_id: the tokenizer's padding id.
+  """
+  model_config: qwen_config.QwenConfig
+  batching_config: batching.BatchingConfig
+  opt: optim.OptimizerConfig
+  loss: LossConfig = LossConfig()
+  ppo: PPOConfig = PPOConfig()
+  pad_id: int = 0
+
+
 def learner_update(params: Any, ref_params: Any, opt_state: Any,
-                   decisions: Sequence[batching.DecisionTokens], *,
-                   model_config: qwen_config.QwenConfig, batching_config: batching.BatchingConfig,
-                   loss: LossConfig, opt: RLOptimizerConfig, pad_id: int,
-                   mesh: jax.sharding.Mesh | None = None, ppo: PPOConfig = PPOConfig(),
+                   decisions: Sequence[batching.DecisionTokens], learner: LearnerConfig,
+                   *, mesh: jax.sharding.Mesh | None = None,
                    shuffle_seed: Sequence[int] = (0,),
                    skip_counter: nonfinite.SkipCounter | None = None,
                    label: str = 'update') -> tuple[Any, Any, dict[str, float]]:
@@ -290,16 +258,11 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     opt_state: optimizer state.
     decisions: the update's N decisions (prompt ids [T_in], command ids [L], sampler
       logprobs [L], A^hier fixed by the rollout pass), ∅ and rejected commands included.
-    model_config: policy QwenConfig.
-    batching_config: learner shapes.
-    loss: ε, β, KL estimator, loss temperature, θ_old log-prob source, log-ratio clamp.
-    opt: optimizer settings.
-    pad_id: padding token id.
+    learner: model, learner shapes, optimizer, loss, PPO passes, padding id.
     mesh: the training mesh (`setup.make_mesh_from`; params, ref_params and opt_state
       already placed on it): micro-batch rows are split over ('data', 'fsdp'), the
       model's activation constraints apply, gradient sums are sharded like the params.
       None = single-device behaviour (arrays as placed).
-    ppo: μ and M.
     shuffle_seed: ints seeding the mini-batch permutations (e.g. (seed, update)); pass
       p uses NumPy's default_rng([*shuffle_seed, p]).
     skip_counter: books every step's finiteness and raises NonFiniteError after too
@@ -323,6 +286,8 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     ValueError: no decisions, or a decision longer than the learner shapes.
     nonfinite.NonFiniteError: from `skip_counter`.
   """
+  model_config, batching_config = learner.model_config, learner.batching_config
+  loss, opt, ppo, pad_id = learner.loss, learner.opt, learner.ppo, learner.pad_id
   n = len(decisions)
   if n == 0:
     raise ValueError('an update needs at least one decision')

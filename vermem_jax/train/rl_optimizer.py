@@ -15,43 +15,7 @@ import optax
 from vermem_jax.train import optim
 
 
-@dataclasses.dataclass(frozen=True)
-class RLOptimizerConfig:
-  """RL optimizer (config section `rl`; SPEC §6). Hashable: a static jit argument.
-
-  Attributes:
-    learning_rate: peak AdamW rate (SPEC §6: 1e-6).
-    max_grad_norm: global-norm clip (SPEC §6: 1.0).
-    weight_decay: AdamW decoupled weight decay, not on 1-D params (SPEC gives none: 0).
-    adam_b1, adam_b2, adam_eps: AdamW moments and ε (decision: the PyTorch / HF
-      defaults 0.9, 0.999, 1e-8; the paper names AdamW only for SFT).
-    lr_schedule: 'constant' (decision: the paper gives the rate only), 'linear' or
-      'cosine' (optim.lr_schedule).
-    warmup_ratio: share of total_steps with linear warmup (decision: 0).
-    total_steps: optimizer steps of the phase (num_updates · num_iterations ·
-      mini_batches_per_iteration) for the schedule.
-  """
-  learning_rate: float = 1e-6
-  max_grad_norm: float = 1.0
-  weight_decay: float = 0.0
-  adam_b1: float = 0.9
-  adam_b2: float = 0.999
-  adam_eps: float = 1e-8
-  lr_schedule: str = 'constant'
-  warmup_ratio: float = 0.0
-  total_steps: int = 1
-
-  def __post_init__(self):
-    if not self.learning_rate > 0:
-      raise ValueError(f'rl.learning_rate must be > 0, got {self.learning_rate}')
-    if not self.max_grad_norm > 0:
-      raise ValueError(f'rl.max_grad_norm must be > 0, got {self.max_grad_norm}')
-    if self.weight_decay < 0:
-      raise ValueError(f'rl.weight_decay must be >= 0, got {self.weight_decay}')
-    optim.check_schedule(self.lr_schedule, self.warmup_ratio, self.total_steps, 'rl')
-
-
-def make_optimizer(opt: RLOptimizerConfig) -> optax.GradientTransformation:
+def make_optimizer(opt: optim.OptimizerConfig) -> optax.GradientTransformation:
   """clip_by_global_norm(max_grad_norm) -> AdamW under the schedule (SPEC §6)."""
   return optim.clipped_adamw(
       optim.lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps,
@@ -83,16 +47,12 @@ class PPOConfig:
     return int(self.num_iterations) * int(self.mini_batches_per_iteration)
 
 
-def optimizer_config_from(config) -> RLOptimizerConfig:
-  """RLOptimizerConfig of a phase config (`rl` section; schedule over all steps)."""
+def optimizer_config_from(config) -> optim.OptimizerConfig:
+  """The RL optimizer of a phase config (`rl` section; schedule over all steps)."""
   r = config.rl
   steps = PPOConfig(int(r.num_iterations), int(r.mini_batches_per_iteration))
-  return RLOptimizerConfig(
-      learning_rate=float(r.learning_rate), max_grad_norm=float(r.max_grad_norm),
-      weight_decay=float(r.weight_decay), adam_b1=float(r.adam_b1),
-      adam_b2=float(r.adam_b2), adam_eps=float(r.adam_eps),
-      lr_schedule=str(r.lr_schedule), warmup_ratio=float(r.warmup_ratio),
-      total_steps=max(1, int(r.num_updates) * steps.steps_per_update))
+  return optim.OptimizerConfig.from_section(
+      r, name='rl', total_steps=max(1, int(r.num_updates) * steps.steps_per_update))
 
 
 @jax.jit
@@ -102,7 +62,7 @@ def add_grads(acc: Any, grads: Any) -> Any:
 
 @functools.partial(jax.jit, static_argnames=('opt',))
 def apply_update(params: Any, opt_state: Any, grad_sum: Any, num_decisions: jax.Array,
-                 *, opt: RLOptimizerConfig) -> tuple[Any, Any, jax.Array]:
+                 *, opt: optim.OptimizerConfig) -> tuple[Any, Any, jax.Array]:
   """One optimizer step from a mini-batch's summed gradient (jitted; divides once).
 
   The caller skips it when the loss or gradient is not finite (nonfinite.is_finite).

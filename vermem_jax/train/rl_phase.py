@@ -2,8 +2,9 @@
 F.6, F.7).
 
 `run_rl_phase(config, workdir)` trains θ_p for p = config.phase ('phase_a' | 'phase_b' |
-'phase_c') into `workdir/<phase>/`. This module holds the phase loop and its summaries;
-its parts live in train/rl_setup.py (episodes, solver, verifier, library settings,
+'phase_c') into `workdir/<phase>/`. This module holds the phase's update, its
+internal-dev evaluation and summaries; the loop (restore, schedule, metrics, progress
+bar, skips, saving) is train/phase_runner.py's; its parts live in train/rl_setup.py (episodes, solver, verifier, library settings,
 phase-start running statistics), train/rl_learner.py (optimizer and the jitted GRPO
 update), train/rl_resume.py (trajectory fingerprint, data position, π_ref record) and
 rl/rollout.py (K-group collection).
@@ -90,7 +91,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from typing import Any, Mapping
 
@@ -109,7 +109,7 @@ from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
-from vermem_jax.train import nonfinite
+from vermem_jax.train import phase_runner
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_resume
 from vermem_jax.train import rl_selection
@@ -133,17 +133,17 @@ DEV_PREFIX = 'internal_dev/'
 
 def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
                          mesh: Any = None) -> dict[str, float]:
-  """Greedy internal-dev episode metrics of `params` on the phase's first `count` dev
-  episodes (`train.internal_dev.evaluate_dev_episodes`); {} when count is 0."""
+  """The phase summary's reading (`internal_dev.summary`) of the internal-dev
+  evaluation of `params` on the phase's first `count` dev episodes; {} when count is 0."""
   specs = list(setup.dev_specs)[:max(0, int(count))]
   if not specs:
     return {}
   greedy = policy_lib.SamplerPolicy(
       setup.model_config, params, setup.tokenizer, sampling_config=setup.sampling_config,
       greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
-  return internal_dev.evaluate_dev_episodes(
-      greedy, specs, setup.solver, count_tokens=setup.tokenizer.count_tokens,
-      executor_config=setup.executor_config, env_config=setup.env_config)
+  return internal_dev.summary(internal_dev.run_dev_episodes(
+      specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
+      executor_config=setup.executor_config, env_config=setup.env_config))
 
 
 def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
@@ -169,6 +169,130 @@ def rollout_summary(result: rollout_records.RolloutResult) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- driver
+class _RLPhase:
+  """One GRPO update, the internal-dev evaluation, rows and checkpoint of an RL phase
+  for `phase_runner.PhaseRunner` (module docstring, steps 1-4)."""
+
+  def __init__(self, config, runner, setup, *, phase, mesh, params, ref_params, opt_state,
+               running, reference, fingerprint, dev_start, resumed_from):
+    self.runner, self.setup, self.phase, self.mesh = runner, setup, phase, mesh
+    self.params, self.ref_params, self.opt_state = params, ref_params, opt_state
+    self.running, self.reference, self.fingerprint = running, reference, fingerprint
+    self.dev_start, self.resumed_from = dev_start, resumed_from
+    self.seed, self.total = int(config.seed), runner.config.total
+    self.group = distributed.process_group()
+    self.dev_count = int(config.rl.get('internal_dev_episodes', 0))
+    self.monitor_every = int(config.rl.monitor_every)
+    n_dev = int(config.rl.get('eval_episodes', 0))
+    self.dev_specs = setup.dev_specs[:n_dev] if n_dev else setup.dev_specs
+    self.metric = rl_selection.check_metric(
+        str(config.rl.get('selection_metric', rl_selection.DEFAULT_METRIC)))
+    tok, gen = setup.tokenizer, setup_lib.generate_fn_for(mesh)
+    self.policy = policy_lib.SamplerPolicy(
+        setup.model_config, params, tok, sampling_config=setup.sampling_config,
+        batch_buckets=(setup.rollout_config.num_rollouts,), generate_fn=gen,
+        group=self.group)
+    # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
+    self.dev_policy = policy_lib.SamplerPolicy(
+        setup.model_config, params, tok, sampling_config=setup.sampling_config,
+        greedy=True, generate_fn=gen, group=self.group)
+    self.table = (metrics_lib.AdvantageTable(runner.directory, phase,
+                                             resume_update=runner.step,
+                                             enabled=runner.primary)
+                  if config.metrics.advantage_table else None)
+    self.last: dict[str, float] = {}
+    self.end_row: dict[str, float] = {}
+
+  def step(self, n: int) -> phase_runner.StepResult:
+    setup, tok, t0 = self.setup, self.setup.tokenizer, time.perf_counter()
+    # θ_old := θ. The sampler reads these (immutable) arrays for the whole update.
+    self.policy.params = self.params
+    task_ids = task_selection.select_tasks(len(setup.train_specs), n,
+                                           setup.rollout_config.tasks_per_update,
+                                           seed=self.seed)
+    # Each process collects its block of the tasks; `result` is then the whole
+    # update's (process_split.gather_result; itself with one process).
+    result = rollout.collect_update(
+        [setup.train_specs[i] for i in process_split.split_tasks(task_ids, self.group)],
+        self.policy, setup.solver, setup.verifier, setup.collect,
+        rng=task_selection.update_rng(self.seed, n), count_tokens=tok.count_tokens,
+        running_stats=self.running, phase=self.phase, update=n, group=self.group)
+    result = process_split.gather_result(result, self.group)
+    t1 = time.perf_counter()
+    self.params, self.opt_state, learn = rl_learner.learner_update(
+        self.params, self.ref_params, self.opt_state, result.decision_tokens(),
+        setup.learner, mesh=self.mesh, shuffle_seed=(self.seed, n),
+        skip_counter=self.runner.skips, label=f'{self.phase} update {n}')
+    jax.block_until_ready(self.params)
+    t2 = time.perf_counter()
+    row = dict(_numeric(result.metrics))
+    row.update(rollout_summary(result))
+    row.update(learn)
+    row['time/learner_s'] = t2 - t1
+    row['time/update_s'] = t2 - t0
+    row['rollout/task_ids_first'] = float(task_ids[0])
+    row['train/skipped_steps_total'] = float(self.runner.skips.total)
+    if self.table is not None:
+      self.table.add_rows(result.advantage_rows())
+    postfix = dict(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
+                   clip=f'{learn["train/clip_fraction"]:.3f}',
+                   r=f'{row.get("reward/r_global", math.nan):.3f}')
+    return phase_runner.StepResult(row, postfix, log=self._is_monitor(n))
+
+  def _is_monitor(self, n: int) -> bool:
+    return (n - 1) % self.monitor_every == 0 or n == self.total
+
+  def evaluate(self, n: int) -> phase_runner.Evaluation:
+    """Selection figures of θ_n on the dev episodes; at the last update also the
+    summary's `internal_dev/end/*`."""
+    t0 = time.perf_counter()
+    self.dev_policy.params = self.params
+    records = internal_dev.run_dev_episodes(
+        self.dev_specs, self.dev_policy, self.setup.solver,
+        count_tokens=self.setup.tokenizer.count_tokens,
+        executor_config=self.setup.executor_config, env_config=self.setup.env_config,
+        rng=self.seed, group=self.group)
+    dev = rl_selection.selection_figures(records, self.metric)
+    dev['time/dev_eval_s'] = time.perf_counter() - t0
+    if n == self.total and self.dev_count > 0:
+      self.end_row = _dev_row('end', internal_dev_figures(
+          self.setup, self.params, self.dev_count, self.mesh))
+    return phase_runner.Evaluation(dev, rl_selection.selection_metrics(dev, n))
+
+  def rows(self, n, result, evaluation, log_due):
+    row = result.row
+    if evaluation is not None:
+      row.update(evaluation.row)
+    if self._is_monitor(n):
+      row['monitor/point'] = float(n - 1)
+      row['monitor/m_all'] = row.get('reward/m_all', math.nan)
+      row['monitor/m_ans'] = row.get('reward/m_ans', math.nan)
+    if n == self.total:
+      row.update(self.end_row)
+    self.last = row
+    return [row] if log_due else []
+
+  def final_metrics(self, n: int, wall: float) -> dict[str, Any]:
+    return _final_metrics(self.phase, n, self.total, wall, self.reference, self.params,
+                          self.resumed_from, {**self.dev_start, **self.last})
+
+  def train_state(self, n, metadata, selection) -> checkpoints.TrainState:
+    del selection
+    metadata.update({'fingerprint': self.fingerprint, 'reference': self.reference,
+                     'num_updates': self.total, 'internal_dev_start': self.dev_start})
+    if n >= self.total:
+      metadata['final_metrics'] = self.final_metrics(n, metadata['cumulative_wall_time_s'])
+    return checkpoints.TrainState(
+        step=n, params=self.params, opt_state=self.opt_state,
+        rng=task_selection.update_rng(self.seed, n + 1),
+        running_stats=self.running.to_dict(),
+        data_position=rl_resume.data_position(n, self.setup, self.seed), metadata=metadata)
+
+  def close(self) -> None:
+    if self.table is not None:
+      self.table.close()
+
+
 def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                  stop_after_update: int | None = None) -> dict[str, Any]:
   """Trains one RL phase into `workdir/<config.phase>` (module docstring).
@@ -202,46 +326,93 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
                      f'(SPEC §4), got {config.rl.reference_phase!r}')
   directory = checkpoints.phase_dir(workdir, phase)
   prev_dir = checkpoints.phase_dir(workdir, prev)
-  total = int(config.rl.num_updates)
-  seed = int(config.seed)
+  total, seed = int(config.rl.num_updates), int(config.seed)
   fingerprint = rl_resume.trajectory_fingerprint(config)
-  mc = setup_lib.model_config_from(config)
   mesh = setup_lib.make_mesh_from(config)
-  opt = rl_learner.optimizer_config_from(config)
   # Abstract arrays with the mesh shardings: restores land directly on the layout.
   param_shapes, opt_shapes = setup_lib.abstract_train_state(
-      mc, rl_learner.make_optimizer(opt).init, mesh)
-  template = checkpoints.TrainState(
-      step=0, params=param_shapes, opt_state=opt_shapes,
-      rng=task_selection.update_rng(seed, 1), running_stats={}, data_position={},
-      metadata={})
-
-  # ---- resume (newest restorable checkpoint, with fallback past corrupt ones)
-  mgr = checkpoints.PhaseCheckpointManager(
-      directory, max_to_keep=int(config.checkpoint.max_to_keep),
-      async_save=bool(config.checkpoint.get('async_save', True)))
-  latest = mgr.latest_step()
-  restored = mgr.restore(template)
-  if restored is not None:
-    rl_resume.check_resume(restored.metadata, fingerprint, directory)
-    if latest is not None and restored.step != latest:
-      logging.warning(
-          '%s: the newest checkpoint (step %d) cannot be restored; resuming from step '
-          '%d instead and redoing updates %d..%d. The unrestorable step stays on disk '
-          '(moved to %s/ when step %d is saved again).', phase, latest, restored.step,
-          restored.step + 1, latest, os.path.join(directory,
-                                                  checkpoints.UNRESTORABLE_DIR), latest)
-    md = restored.metadata or {}
-    if restored.step >= total and md.get('final_metrics'):
+      setup_lib.model_config_from(config),
+      rl_learner.make_optimizer(rl_learner.optimizer_config_from(config)).init, mesh)
+  runner_config = phase_runner.RunnerConfig.from_config(
+      config, name=phase, total=total, eval_every=int(config.rl.get('eval_every', 0)),
+      max_consecutive_skips=int(config.rl.max_consecutive_skips), unit='update')
+  primary = distributed.is_primary()
+  with phase_runner.PhaseRunner(directory, runner_config, primary=primary,
+                                t_start=t_start) as runner:
+    restored = runner.restore(checkpoints.TrainState(
+        step=0, params=param_shapes, opt_state=opt_shapes,
+        rng=task_selection.update_rng(seed, 1), running_stats={}, data_position={},
+        metadata={}), lambda r: rl_resume.check_resume(r.metadata, fingerprint, directory))
+    md = runner.metadata
+    if restored is not None and restored.step >= total and md.get('final_metrics'):
       logging.info('%s in %s is complete at update %d; nothing to do', phase, directory,
                    restored.step)
       done = dict(md['final_metrics'])
-      done['selected_step'] = mgr.best_step()
-      mgr.close()
+      done['selected_step'] = runner.manager.best_step()
       done['wall_time_s'] = time.time() - t_start
       return done
+    ref_params, reference = _reference(phase, prev, prev_dir, param_shapes, restored,
+                                       directory)
+    group = distributed.process_group()
+    # An 'llm' solver answers each process's own episodes: its model lives on this
+    # process's devices, outside the collective programs.
+    setup = distributed.agree(lambda: rl_setup.build_setup(
+        config, mesh=mesh if group is None else setup_lib.process_local_mesh(config),
+        num_processes=distributed.process_count()))
+    distributed.check_same(f'{phase} train episodes', distributed.digest(
+        [spec.episode_id for spec in setup.train_specs]))
+    dev_count = int(config.rl.get('internal_dev_episodes', 0))
+    if restored is None:
+      params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable: sharing is safe
+      dev_start = _dev_row('start', internal_dev_figures(setup, params, dev_count, mesh))
+      opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
+                                           params, mesh)
+      # Once (verifier calls), then the same statistics on every process.
+      running, used = distributed.on_primary(
+          lambda: rl_setup.init_running_stats(config, setup))
+      logging.info('%s: running statistics initialized from dev transitions %s', phase,
+                   used)
+      reference['initial_params_sha256'] = rl_resume.params_fingerprint(params)
+      reference['running_stats_init_counts'] = used
+      if primary:
+        rl_resume.write_reference(directory, reference)
+    else:
+      params, opt_state = restored.params, restored.opt_state
+      expected = rl_resume.data_position(restored.step, setup, seed)
+      if restored.data_position != expected:
+        raise ValueError(f'{directory}: checkpoint step {restored.step} has data '
+                         f'position {restored.data_position}, expected {expected} '
+                         '(different episodes); use a fresh --workdir')
+      running = running_stats.RunningStats.from_dict(restored.running_stats)
+      dev_start = dict(md.get('internal_dev_start') or {})
+      if primary and rl_resume.read_reference(directory) is None:
+        rl_resume.write_reference(directory, reference)
+      logging.info('%s resumes from update %d of %d in %s', phase, restored.step, total,
+                   directory)
+    loop = _RLPhase(config, runner, setup, phase=phase, mesh=mesh, params=params,
+                    ref_params=ref_params, opt_state=opt_state, running=running,
+                    reference=reference, fingerprint=fingerprint, dev_start=dev_start,
+                    resumed_from=runner.step)
+    try:
+      runner.run(loop, stop=stop_after_update,
+                 first_rows=[dev_start] if dev_start and runner.step == 0 else [])
+    finally:
+      loop.close()
+  selected = runner.manager.best_step()
+  if selected is not None:
+    logging.info('%s: selected checkpoint step %d on internal dev (%s)', phase,
+                 selected, loop.metric)
+  out = loop.final_metrics(runner.step, runner.wall_time())
+  out['selected_step'] = selected
+  out['wall_time_s'] = time.time() - t_start
+  return out
 
-  # ---- reference policy π_ref = θ_prev, and θ's initialization
+
+def _reference(phase: str, prev: str, prev_dir: str, param_shapes: Any,
+               restored: checkpoints.TrainState | None,
+               directory: str) -> tuple[Any, dict[str, Any]]:
+  """π_ref = θ_prev (the previous phase's selected checkpoint) and its record; a
+  restored run must have started from the same one."""
   ref_params, ref_step = checkpoints.restore_params_only(prev_dir, param_shapes,
                                                          prefer_best=True)
   ref_sha = rl_resume.params_fingerprint(ref_params)
@@ -253,181 +424,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         ref_sha=ref_sha, prev=prev, prev_dir=prev_dir, directory=directory)
   logging.info('%s: π_ref = %s step %d (params sha256 %s)', phase, prev, ref_step,
                ref_sha[:16])
-
-  group = distributed.process_group()
-  primary = distributed.is_primary()
-  # An 'llm' solver answers each process's own episodes: its model lives on this
-  # process's devices, outside the collective programs.
-  setup = distributed.agree(lambda: rl_setup.build_setup(
-      config, mesh=mesh if group is None else setup_lib.process_local_mesh(config),
-      num_processes=distributed.process_count()))
-  distributed.check_same(f'{phase} train episodes', distributed.digest(
-      [spec.episode_id for spec in setup.train_specs]))
-  tok = setup.tokenizer
-  dev_count = int(config.rl.get('internal_dev_episodes', 0))
-  if restored is None:
-    step = 0
-    params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable, so sharing is safe
-    dev_start = _dev_row('start', internal_dev_figures(setup, params, dev_count, mesh))
-    opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
-                                         params, mesh)
-    # Once (verifier calls), then the same statistics on every process.
-    running, used = distributed.on_primary(
-        lambda: rl_setup.init_running_stats(config, setup))
-    logging.info('%s: running statistics initialized from dev transitions %s', phase,
-                 used)
-    prior_wall = 0.0
-    reference['initial_params_sha256'] = rl_resume.params_fingerprint(params)
-    reference['running_stats_init_counts'] = used
-    if primary:
-      rl_resume.write_reference(directory, reference)
-  else:
-    step, params, opt_state = restored.step, restored.params, restored.opt_state
-    expected = rl_resume.data_position(step, setup, seed)
-    if restored.data_position != expected:
-      raise ValueError(f'{directory}: checkpoint step {step} has data position '
-                       f'{restored.data_position}, expected {expected} (different '
-                       'episodes); use a fresh --workdir')
-    running = running_stats.RunningStats.from_dict(restored.running_stats)
-    prior_wall = float((restored.metadata or {}).get('cumulative_wall_time_s', 0.0))
-    dev_start = dict((restored.metadata or {}).get('internal_dev_start') or {})
-    if primary and rl_resume.read_reference(directory) is None:
-      rl_resume.write_reference(directory, reference)
-    logging.info('%s resumes from update %d of %d in %s', phase, step, total, directory)
-  resumed_from = step
-
-  policy = policy_lib.SamplerPolicy(
-      setup.model_config, params, tok, sampling_config=setup.sampling_config,
-      batch_buckets=(setup.rollout_config.num_rollouts,),
-      generate_fn=setup_lib.generate_fn_for(mesh), group=group)
-  # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
-  dev_policy = policy_lib.SamplerPolicy(
-      setup.model_config, params, tok, sampling_config=setup.sampling_config,
-      greedy=True, generate_fn=setup_lib.generate_fn_for(mesh), group=group)
-  n_dev = int(config.rl.get('eval_episodes', 0))
-  dev_specs = setup.dev_specs[:n_dev] if n_dev else setup.dev_specs
-  eval_every = int(config.rl.get('eval_every', 0))
-  metric = rl_selection.check_metric(
-      str(config.rl.get('selection_metric', rl_selection.DEFAULT_METRIC)))
-  stop = total if stop_after_update is None else min(total, int(stop_after_update))
-  save_every = int(config.checkpoint.save_every)
-  log_every = int(config.metrics.log_every)
-  monitor_every = int(config.rl.monitor_every)
-  writer = metrics_lib.MetricsWriter(directory, resume_step=step,
-                                     tensorboard=bool(config.metrics.tensorboard),
-                                     enabled=primary)
-  if dev_start and step == 0:
-    writer.write(0, dev_start)  # θ_0 = θ_prev, before the first update
-  table = (metrics_lib.AdvantageTable(directory, phase, resume_update=step,
-                                      enabled=primary)
-           if config.metrics.advantage_table else None)
-  bar = metrics_lib.progress_bar(total, initial=step, desc=phase,
-                                 disable=not (config.metrics.progress_bar and primary))
-  last: dict[str, float] = {}
-  last_logged: dict[str, float] = {}
-  skips = nonfinite.SkipCounter(int(config.rl.max_consecutive_skips))
-  if restored is not None:
-    skips.total = int((restored.metadata or {}).get('skipped_steps', 0))
-  try:
-    while step < stop:
-      n = step + 1
-      t0 = time.perf_counter()
-      # θ_old := θ. The sampler reads these (immutable) arrays for the whole update.
-      policy.params = params
-      task_ids = task_selection.select_tasks(len(setup.train_specs), n,
-                                             setup.rollout_config.tasks_per_update,
-                                             seed=seed)
-      # Each process collects its block of the tasks; `result` is then the whole
-      # update's (process_split.gather_result; itself with one process).
-      result = rollout.collect_update(
-          [setup.train_specs[i] for i in process_split.split_tasks(task_ids, group)],
-          policy, setup.solver,
-          setup.verifier, rng=task_selection.update_rng(seed, n),
-          count_tokens=tok.count_tokens,
-          rollouts_per_task=setup.rollout_config.rollouts_per_task,
-          running_stats=running, executor_config=setup.executor_config,
-          env_config=setup.env_config, advantage_config=setup.advantage_config,
-          reward_config=setup.reward_config, phase=phase, update=n, group=group)
-      result = process_split.gather_result(result, group)
-      t1 = time.perf_counter()
-      params, opt_state, learn = rl_learner.learner_update(
-          params, ref_params, opt_state, result.decision_tokens(),
-          model_config=setup.model_config, batching_config=setup.batching_config,
-          loss=setup.loss, opt=setup.opt, pad_id=int(tok.pad_token_id), mesh=mesh,
-          ppo=setup.ppo, shuffle_seed=(seed, n), skip_counter=skips,
-          label=f'{phase} update {n}')
-      jax.block_until_ready(params)
-      t2 = time.perf_counter()
-      step = n
-      row = dict(_numeric(result.metrics))
-      row.update(rollout_summary(result))
-      row.update(learn)
-      row['time/learner_s'] = t2 - t1
-      row['time/update_s'] = t2 - t0
-      row['rollout/task_ids_first'] = float(task_ids[0])
-      row['train/skipped_steps_total'] = float(skips.total)
-      selection = None
-      if rl_selection.is_eval_step(n, total, eval_every):
-        t3 = time.perf_counter()
-        dev_policy.params = params
-        dev = rl_selection.dev_evaluation(
-            dev_specs, dev_policy, setup.solver, count_tokens=tok.count_tokens,
-            executor_config=setup.executor_config, env_config=setup.env_config,
-            seed=seed, metric=metric, group=group)
-        row.update(dev)
-        row['time/dev_eval_s'] = time.perf_counter() - t3
-        selection = rl_selection.selection_metrics(dev, n)
-      is_monitor = (n - 1) % monitor_every == 0 or n == total
-      if is_monitor:
-        row['monitor/point'] = float(n - 1)
-        row['monitor/m_all'] = row.get('reward/m_all', math.nan)
-        row['monitor/m_ans'] = row.get('reward/m_ans', math.nan)
-      if n == total and dev_count > 0:
-        row.update(_dev_row('end', internal_dev_figures(setup, params, dev_count, mesh)))
-      last = row
-      if n % log_every == 0 or n == total or is_monitor:
-        writer.write(n, row)
-        last_logged = row
-      if table is not None:
-        table.add_rows(result.advantage_rows())
-      bar.update(1)
-      postfix = dict(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
-                     clip=f'{learn["train/clip_fraction"]:.3f}',
-                     r=f'{row.get("reward/r_global", math.nan):.3f}')
-      if skips.total:
-        postfix['skipped'] = skips.total  # non-finite steps, not applied
-      bar.set_postfix(**postfix)
-      if n % save_every == 0 or n == total or selection is not None:
-        wall = prior_wall + time.time() - t_start
-        metadata = {'fingerprint': fingerprint, 'reference': reference,
-                    'cumulative_wall_time_s': wall, 'complete': n >= total,
-                    'num_updates': total, 'skipped_steps': skips.total,
-                    'internal_dev_start': dev_start}
-        if n >= total:
-          metadata['final_metrics'] = _final_metrics(
-              phase, n, total, wall, reference, params, resumed_from,
-              {**dev_start, **row})
-        mgr.save(checkpoints.TrainState(
-            step=n, params=params, opt_state=opt_state,
-            rng=task_selection.update_rng(seed, n + 1), running_stats=running.to_dict(),
-            data_position=rl_resume.data_position(n, setup, seed), metadata=metadata),
-            selection_metrics=selection)
-  finally:
-    bar.close()
-    writer.close()
-    if table is not None:
-      table.close()
-    mgr.close()  # waits for a background save, also when the loop raised
-  selected = mgr.best_step()
-  if selected is not None:
-    logging.info('%s: selected checkpoint step %d on internal dev (%s)', phase,
-                 selected, metric)
-  wall = prior_wall + time.time() - t_start
-  out = _final_metrics(phase, step, total, wall, reference, params, resumed_from,
-                       {**dev_start, **(last or last_logged)})
-  out['selected_step'] = selected
-  out['wall_time_s'] = time.time() - t_start
-  return out
+  return ref_params, reference
 
 
 def _final_metrics(phase: str, step: int, total: int, wall: float,

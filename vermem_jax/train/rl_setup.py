@@ -23,7 +23,7 @@ batch by the rollout collector and saved in every checkpoint (`to_dict`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any
 
 from absl import logging
 import jax
@@ -45,8 +45,10 @@ from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout
 from vermem_jax.rl import running_stats
 from vermem_jax.rl import running_stats_init
+from vermem_jax import config_util
 from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base as vbase
+from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 from vermem_jax.train import setup as setup_lib
 from vermem_jax.train import task_solver_setup
@@ -55,14 +57,6 @@ from vermem_jax.train import task_solver_setup
 # regularizes towards, the previous phase's parameters.
 PREVIOUS_PHASE = {'phase_a': 'sft', 'phase_b': 'phase_a', 'phase_c': 'phase_b'}
 RL_PHASES = tuple(PREVIOUS_PHASE)
-
-
-def _fields_from(cls: type, section: Mapping[str, Any], **extra: Any) -> Any:
-  """`cls(**section)` keeping only `cls`'s fields (the config layer checks the rest)."""
-  names = {f.name for f in dataclasses.fields(cls) if f.init}
-  values = {k: v for k, v in dict(section).items() if k in names}
-  values.update(extra)
-  return cls(**values)
 
 
 def _section(config: ml_collections.ConfigDict, name: str) -> dict[str, Any]:
@@ -100,10 +94,26 @@ class PhaseSetup:
   sampling_config: policy_lib.PolicySamplingConfig
   rollout_config: rollout.RolloutConfig
   loss: rl_learner.LossConfig
-  opt: rl_learner.RLOptimizerConfig
+  opt: optim.OptimizerConfig
   ppo: rl_learner.PPOConfig
   construction: list
   dev_pool: list
+
+  @property
+  def collect(self) -> rollout.CollectConfig:
+    """How an update's rollouts are run and scored."""
+    return rollout.CollectConfig(
+        rollouts_per_task=self.rollout_config.rollouts_per_task,
+        executor_config=self.executor_config, env_config=self.env_config,
+        advantage_config=self.advantage_config, reward_config=self.reward_config)
+
+  @property
+  def learner(self) -> rl_learner.LearnerConfig:
+    """The learner update's settings."""
+    return rl_learner.LearnerConfig(
+        model_config=self.model_config, batching_config=self.batching_config,
+        opt=self.opt, loss=self.loss, ppo=self.ppo,
+        pad_id=int(self.tokenizer.pad_token_id))
 
 
 def check_phase(config: ml_collections.ConfigDict) -> str:
@@ -162,7 +172,8 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   op_space = config.episodes.op_space
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)
-  exec_cfg = _fields_from(ExecutorConfig, _section(config, 'memory'), phase=op_space)
+  exec_cfg = config_util.dataclass_from_mapping(
+      ExecutorConfig, _section(config, 'memory'), overrides={'phase': op_space})
   env_cfg = episode_types.EnvConfig.from_config(_section(config, 'episodes'))
   scen_cfg = scenario_spec.ScenarioConfig.from_config(_section(config, 'episodes'))
   construction, dev_pool = episodes.load_pools(
@@ -177,13 +188,13 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       config, tok, list(construction) + list(dev_pool), solver_params=solver_params,
       mesh=mesh)
   verifier = backends.make_verifier(
-      _fields_from(vbase.VerifierConfig, _section(config, 'verifier')))
+      config_util.dataclass_from_mapping(vbase.VerifierConfig, _section(config, 'verifier')))
   if hasattr(verifier, 'preflight'):
     # Transport failures become fallback scores during scoring; fail now instead.
     verifier.preflight()
-  sampling_cfg = _fields_from(policy_lib.PolicySamplingConfig, _section(config, 'sampling'))
+  sampling_cfg = config_util.dataclass_from_mapping(policy_lib.PolicySamplingConfig, _section(config, 'sampling'))
   bcfg = rl_learner.learner_batching_config(
-      _fields_from(batching.BatchingConfig, _section(config, 'batching')),
+      config_util.dataclass_from_mapping(batching.BatchingConfig, _section(config, 'batching')),
       policy_input_limit=exec_cfg.policy_input_limit,
       prompt_overhead=policy_lib.prompt_overhead_tokens(tok),
       max_command_tokens=sampling_cfg.max_command_tokens)
@@ -195,8 +206,8 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       phase=phase, op_space=op_space, tokenizer=tok, model_config=mc,
       train_specs=list(train_specs), dev_specs=list(dev_specs), solver=solver,
       verifier=verifier, executor_config=exec_cfg, env_config=env_cfg,
-      advantage_config=_fields_from(adv.AdvantageConfig, _section(config, 'advantage')),
-      reward_config=_fields_from(rw.RewardConfig, _section(config, 'reward')),
+      advantage_config=config_util.dataclass_from_mapping(adv.AdvantageConfig, _section(config, 'advantage')),
+      reward_config=config_util.dataclass_from_mapping(rw.RewardConfig, _section(config, 'reward')),
       batching_config=bcfg, sampling_config=sampling_cfg,
       rollout_config=rollout.RolloutConfig.from_config(_section(config, 'rl')),
       loss=loss, opt=rl_learner.optimizer_config_from(config),

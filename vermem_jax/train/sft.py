@@ -1,7 +1,8 @@
 """Supervised warm start θ_SFT on the balanced command set (SPEC §4; App. D.3, Eq. 7).
 
 `run_sft(config, workdir)` trains θ_SFT into `workdir/sft`. This module holds the
-training loop, resume and checkpoint selection; its parts live in train/sft_examples.py
+SFT step, dev evaluation and checkpoint selection; the loop (restore, schedule, metrics,
+progress bar, skips, saving) is train/phase_runner.py's; its parts live in train/sft_examples.py
 (tokenized records and the data order), train/sft_step.py (loss, optimizer, jitted step
 with gradient accumulation) and train/sft_eval.py (dev metrics).
 
@@ -57,6 +58,7 @@ from absl import logging
 import jax
 import ml_collections
 
+from vermem_jax import config_util
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.sft_data import build as sft_build
@@ -67,8 +69,8 @@ from vermem_jax.rl import policy
 from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
-from vermem_jax.train import metrics as metrics_lib
-from vermem_jax.train import nonfinite
+from vermem_jax.train import optim
+from vermem_jax.train import phase_runner
 from vermem_jax.train import setup as setup_lib
 from vermem_jax.train import sft_eval
 from vermem_jax.train import sft_examples
@@ -80,9 +82,8 @@ COUNTS_FILE = 'sft_data_counts.txt'
 
 # ----------------------------------------------------------------------------- config glue
 def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
-  names = {f.name for f in dataclasses.fields(ExecutorConfig)}
-  values = {k: v for k, v in config.memory.to_dict().items() if k in names}
-  return ExecutorConfig(**values, phase=config.episodes.op_space)
+  return config_util.dataclass_from_mapping(ExecutorConfig, config.memory.to_dict(),
+                                            overrides={'phase': config.episodes.op_space})
 
 
 def _sft_data_config(config: ml_collections.ConfigDict) -> sft_config.SFTDataConfig:
@@ -147,46 +148,22 @@ def _prefixed(prefix: str, values: Mapping[str, float]) -> dict[str, float]:
   return {f'{prefix}/{k}': v for k, v in values.items()}
 
 
-def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
-            stop_after_step: int | None = None) -> dict[str, Any]:
-  """Trains θ_SFT into `workdir/sft` (SPEC §4); resumes from its newest checkpoint.
+@dataclasses.dataclass
+class _SFTData:
+  """Tokenized SFT records and what the loop reads of them."""
+  train: list
+  dev: list
+  drop_train: dict
+  drop_dev: dict
+  train_decisions: list
+  lengths: list
+  dev_batches: list
 
-  Args:
-    config: the `sft` experiment config (experiments/configs/sft.py).
-    workdir: run directory; the phase writes `workdir/sft/`.
-    stop_after_step: stop once this many optimizer steps are complete (as if killed
-      after that step; preemption drills and tests). None trains to the end.
-  Returns:
-    Final metrics: 'step', 'total_steps', 'wall_time_s' (this call, seconds),
-    'cumulative_wall_time_s' (all calls of this run), 'train_loss' (last step),
-    the last dev metrics (`sft_eval.dev_metrics` keys + 'dev_loss'), 'best_step' and its
-    'best_tool_accuracy' / 'best_invalid_rate', 'num_train', 'num_dev', dropped-record
-    counts, and 'complete' (bool).
-  Raises:
-    ValueError: a bad config field, a workdir holding a run with other settings, or no
-      trainable record left after the length limits.
-  """
-  t_start = time.time()
-  directory = checkpoints.phase_dir(workdir, PHASE)
-  fingerprint = trajectory_fingerprint(config)
-  done = _completed_metrics(directory, fingerprint)
-  if done is not None:
-    logging.info('SFT in %s is complete at step %s; nothing to do', directory,
-                 done.get('step'))
-    done['wall_time_s'] = time.time() - t_start
-    return done
 
-  # --- model config, tokenizer (checked against each other), mesh
-  model_cfg = setup_lib.model_config_from(config)
-  tok = setup_lib.load_tokenizer_for(config, model_cfg)
-  mesh = setup_lib.make_mesh_from(config)
-
-  # --- data
-  exec_cfg = _executor_config(config)
-  bcfg = batching.BatchingConfig(**config.batching.to_dict())
-  sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
-  primary = distributed.is_primary()
-
+def _build_data(config: ml_collections.ConfigDict, tok: Any, bcfg: batching.BatchingConfig,
+                directory: str, primary: bool) -> _SFTData:
+  """Builds the seeded SFT set (same on every process), prints and stores its counts
+  table, and tokenizes it within the learner shapes (dropped records are logged)."""
   def build_set():
     construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
         config.data.to_dict()))
@@ -216,150 +193,202 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     raise ValueError('no SFT train record fits config.sampling.max_command_tokens / '
                      'config.batching.length_buckets')
   train_decisions = [e.decision() for e in train]
-  groups = int(config.sft.get('length_group_batches', 0))
   lengths = [len(d.prompt_tokens) + len(d.command_tokens) for d in train_decisions]
   dev_batches = (batching.micro_batches([e.decision() for e in dev], bcfg,
                                         pad_id=tok.pad_token_id) if dev else [])
+  return _SFTData(train, dev, drop_train, drop_dev, train_decisions, lengths, dev_batches)
 
-  # --- schedule
-  seed = int(config.seed)
-  batch_size = int(config.sft.batch_size)
-  spe = sft_examples.steps_per_epoch(len(train), batch_size)
+
+def optimizer_config_from(config: ml_collections.ConfigDict,
+                          total_steps: int) -> optim.OptimizerConfig:
+  """The SFT optimizer (config section `sft`) over `total_steps` steps."""
+  return optim.OptimizerConfig.from_section(config.sft, name='sft',
+                                            total_steps=total_steps)
+
+
+def data_position(step: int, steps_per_epoch: int, seed: int,
+                  num_train: int) -> dict[str, int]:
+  """Where step `step` stands in the seeded data order (stored in every checkpoint and
+  checked on resume)."""
+  epoch, b = divmod(step, steps_per_epoch)
+  return {'epoch': epoch, 'batch': b, 'shuffle_seed': seed,
+          'steps_per_epoch': steps_per_epoch, 'num_train': num_train}
+
+
+class _SFTPhase:
+  """SFT's step, dev evaluation, rows and checkpoint for `phase_runner.PhaseRunner`."""
+
+  def __init__(self, config, runner, data: _SFTData, *, model_cfg, tok, mesh, bcfg, opt,
+               params, opt_state, rng, fingerprint):
+    self.runner, self.data, self.tok, self.mesh, self.bcfg = runner, data, tok, mesh, bcfg
+    self.model_cfg, self.opt, self.fingerprint = model_cfg, opt, fingerprint
+    self.params, self.opt_state, self.rng = params, opt_state, rng
+    self.seed = int(config.seed)
+    self.batch_size = int(config.sft.batch_size)
+    self.groups = int(config.sft.get('length_group_batches', 0))
+    self.reduction = str(config.sft.loss_reduction)
+    self.schedule = sft_step.lr_schedule(opt)
+    self.exec_cfg = _executor_config(config)
+    self.sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
+    self.spe = sft_examples.steps_per_epoch(len(data.train), self.batch_size)
+    md = runner.metadata
+    self.last_dev = dict(md.get('dev_metrics') or {})
+    self.train_loss = float(md.get('train_loss', float('nan')))
+
+  def step(self, n: int) -> phase_runner.StepResult:
+    t0 = time.time()
+    skips = self.runner.skips
+    idx, _, _ = sft_examples.batch_indices(n - 1, len(self.data.train), self.batch_size,
+                                           self.seed, lengths=self.data.lengths,
+                                           group_batches=self.groups)
+    decisions = [self.data.train_decisions[i] for i in idx]
+    mbs = batching.micro_batches(decisions, self.bcfg, pad_id=self.tok.pad_token_id)
+    # The schedule counts applied updates: skipped (non-finite) steps do not move it.
+    m_lr = float(self.schedule(n - 1 - skips.total))
+    self.params, self.opt_state, m = sft_step.train_step(
+        self.params, self.opt_state, mbs, model_config=self.model_cfg, opt=self.opt,
+        mesh=self.mesh, reduction=self.reduction,
+        loss_chunk_size=self.bcfg.loss_chunk_size)
+    m['lr'] = m_lr
+    skips.record(not m['skipped'], f'SFT step {n}')
+    dt = time.time() - t0
+    self.train_loss = m['loss']
+    tokens = sum(len(d.prompt_tokens) + len(d.command_tokens) for d in decisions)
+    row = _prefixed('train', {
+        'loss': m['loss'], 'lr': m['lr'], 'grad_norm': m['grad_norm'],
+        'token_accuracy': m['token_accuracy'], 'token_nll': m['token_nll'],
+        'tokens_per_s': tokens / max(dt, 1e-9), 'step_time_s': dt,
+        'epoch': n / self.spe, 'skipped': m['skipped'],
+        'skipped_total': float(skips.total)})
+    return phase_runner.StepResult(row, dict(loss=f'{m["loss"]:.3f}',
+                                             lr=f'{m["lr"]:.2e}'))
+
+  def evaluate(self, n: int) -> phase_runner.Evaluation:
+    """Greedy dev predictions and the teacher-forced dev loss (module docstring)."""
+    dev = self.data.dev
+    if not dev:
+      return phase_runner.Evaluation({})
+    p = self.params
+    preds = sft_eval.predict_commands(p, self.model_cfg, [e.record for e in dev], self.tok,
+                                      batch_size=self.bcfg.micro_batch_size,
+                                      sampling_config=self.sampling_cfg,
+                                      rng=jax.random.fold_in(self.rng, 1), mesh=self.mesh)
+    out = sft_eval.dev_metrics([e.record for e in dev], preds,
+                               executor_config=self.exec_cfg,
+                               count_tokens=self.tok.count_tokens)
+    out['dev_loss'] = sft_step.command_loss(p, self.data.dev_batches,
+                                            model_config=self.model_cfg, mesh=self.mesh,
+                                            reduction=self.reduction,
+                                            loss_chunk_size=self.bcfg.loss_chunk_size)
+    for e, text in list(zip(dev, preds))[:2]:
+      logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
+                   text[:120])
+    self.last_dev = out
+    logging.info('SFT step %d: dev tool accuracy %.3f, invalid rate %.3f, exact '
+                 '%.3f, dev loss %.4f', n, out['tool_accuracy'], out['invalid_rate'],
+                 out['exact_match'], out['dev_loss'])
+    return phase_runner.Evaluation(
+        _prefixed('dev', out), {'tool_accuracy': out['tool_accuracy'],
+                                'invalid_rate': out['invalid_rate']})
+
+  def rows(self, n, result, evaluation, log_due):
+    del n
+    rows = [result.row] if log_due else []
+    if evaluation is not None and evaluation.row:
+      rows.append(evaluation.row)
+    return rows
+
+  def final_metrics(self, n: int, wall: float, selection) -> dict[str, Any]:
+    d = self.data
+    return _final_metrics(n, self.runner.config.total, wall, self.train_loss,
+                          self.last_dev, self.runner.manager, selection, len(d.train),
+                          len(d.dev), d.drop_train, d.drop_dev)
+
+  def train_state(self, n, metadata, selection) -> checkpoints.TrainState:
+    total = self.runner.config.total
+    metadata.update({'fingerprint': self.fingerprint, 'total_steps': total,
+                     'dev_metrics': self.last_dev, 'train_loss': self.train_loss})
+    if n == total:
+      metadata['final_metrics'] = self.final_metrics(
+          n, metadata['cumulative_wall_time_s'], selection)
+    return checkpoints.TrainState(step=n, params=self.params, opt_state=self.opt_state,
+                                  rng=self.rng, data_position=data_position(
+                                      n, self.spe, self.seed, len(self.data.train)),
+                                  metadata=metadata)
+
+
+def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
+            stop_after_step: int | None = None) -> dict[str, Any]:
+  """Trains θ_SFT into `workdir/sft` (SPEC §4); resumes from its newest checkpoint.
+
+  Args:
+    config: the `sft` experiment config (experiments/configs/sft.py).
+    workdir: run directory; the phase writes `workdir/sft/`.
+    stop_after_step: stop once this many optimizer steps are complete (as if killed
+      after that step; preemption drills and tests). None trains to the end.
+  Returns:
+    Final metrics: 'step', 'total_steps', 'wall_time_s' (this call, seconds),
+    'cumulative_wall_time_s' (all calls of this run), 'train_loss' (last step),
+    the last dev metrics (`sft_eval.dev_metrics` keys + 'dev_loss'), 'best_step' and its
+    'best_tool_accuracy' / 'best_invalid_rate', 'num_train', 'num_dev', dropped-record
+    counts, and 'complete' (bool).
+  Raises:
+    ValueError: a bad config field, a workdir holding a run with other settings, or no
+      trainable record left after the length limits.
+  """
+  t_start = time.time()
+  directory = checkpoints.phase_dir(workdir, PHASE)
+  fingerprint = trajectory_fingerprint(config)
+  done = _completed_metrics(directory, fingerprint)
+  if done is not None:
+    logging.info('SFT in %s is complete at step %s; nothing to do', directory,
+                 done.get('step'))
+    done['wall_time_s'] = time.time() - t_start
+    return done
+  # The model config and tokenizer are checked against each other.
+  model_cfg = setup_lib.model_config_from(config)
+  tok = setup_lib.load_tokenizer_for(config, model_cfg)
+  mesh = setup_lib.make_mesh_from(config)
+  bcfg = batching.BatchingConfig(**config.batching.to_dict())
+  primary = distributed.is_primary()
+  data = _build_data(config, tok, bcfg, directory, primary)
+  spe = sft_examples.steps_per_epoch(len(data.train), int(config.sft.batch_size))
   total = (int(config.sft.max_steps) if config.sft.max_steps
            else spe * int(config.sft.num_epochs))
-  t = config.sft
-  opt = sft_step.OptimizerConfig(
-      learning_rate=float(t.learning_rate), total_steps=total,
-      warmup_ratio=float(t.warmup_ratio), weight_decay=float(t.weight_decay),
-      max_grad_norm=float(t.max_grad_norm), adam_b1=float(t.adam_b1),
-      adam_b2=float(t.adam_b2), adam_eps=float(t.adam_eps),
-      lr_schedule=str(t.lr_schedule))
-  reduction = str(t.loss_reduction)
-  schedule = sft_step.lr_schedule(opt)
-  eval_every = int(config.sft.eval_every)
-  eval_each_epoch = bool(config.sft.eval_each_epoch)
-  save_every = int(config.checkpoint.save_every)
-
-  def position(step: int) -> dict[str, int]:
-    epoch, b = divmod(step, spe)
-    return {'epoch': epoch, 'batch': b, 'shuffle_seed': seed, 'steps_per_epoch': spe,
-            'num_train': len(train)}
-
-  # --- state
-  init_key, rng = jax.random.split(jax.random.PRNGKey(seed))
+  opt = optimizer_config_from(config, total)
+  init_key, rng = jax.random.split(jax.random.PRNGKey(int(config.seed)))
   model_cfg, params = setup_lib.init_or_load_params(config, model_cfg, init_key, mesh)
   # Sharded like the params (AdamW moments mirror them); the template below carries
   # these shardings, so a restore lands on the same layout.
   opt_state = setup_lib.init_opt_state(sft_step.make_optimizer(opt).init, params, mesh)
-  template = checkpoints.TrainState(step=0, params=params, opt_state=opt_state, rng=rng,
-                                    data_position=position(0), metadata={})
-  with checkpoints.PhaseCheckpointManager(
-      directory, max_to_keep=int(config.checkpoint.max_to_keep),
-      async_save=bool(config.checkpoint.get('async_save', True))) as mgr:
-    step, prior_wall, last_dev, train_loss = 0, 0.0, {}, float('nan')
-    skips = nonfinite.SkipCounter(int(config.sft.max_consecutive_skips))
-    restored = mgr.restore(template)
+  runner_config = phase_runner.RunnerConfig.from_config(
+      config, name=PHASE, total=total, eval_every=int(config.sft.eval_every),
+      max_consecutive_skips=int(config.sft.max_consecutive_skips), unit='step',
+      epoch_steps=spe if bool(config.sft.eval_each_epoch) else 0)
+  num_train, seed = len(data.train), int(config.seed)
+
+  def check(restored: checkpoints.TrainState) -> None:
+    _check_resume({'metadata': restored.metadata}, fingerprint, directory)
+    want = data_position(restored.step, spe, seed, num_train)
+    if restored.data_position != want:
+      raise ValueError(f'{directory}: checkpoint step {restored.step} has data position '
+                       f'{restored.data_position}, expected {want} (different SFT '
+                       'data); use a fresh --workdir')
+
+  with phase_runner.PhaseRunner(directory, runner_config, primary=primary,
+                                t_start=t_start) as runner:
+    restored = runner.restore(checkpoints.TrainState(
+        step=0, params=params, opt_state=opt_state, rng=rng,
+        data_position=data_position(0, spe, seed, num_train), metadata={}), check)
     if restored is not None:
-      _check_resume({'metadata': restored.metadata}, fingerprint, directory)
-      if restored.data_position != position(restored.step):
-        raise ValueError(f'{directory}: checkpoint step {restored.step} has data position '
-                         f'{restored.data_position}, expected {position(restored.step)} '
-                         '(different SFT data); use a fresh --workdir')
-      step, params, opt_state, rng = (restored.step, restored.params, restored.opt_state,
-                                      restored.rng)
-      prior_wall = float(restored.metadata.get('cumulative_wall_time_s', 0.0))
-      last_dev = dict(restored.metadata.get('dev_metrics') or {})
-      train_loss = float(restored.metadata.get('train_loss', train_loss))
-      skips.total = int(restored.metadata.get('skipped_steps', 0))
-      logging.info('SFT resumes from step %d of %d in %s (epoch %d, batch %d)', step,
-                   total, directory, *divmod(step, spe))
-    stop = total if stop_after_step is None else min(total, int(stop_after_step))
-
-    def evaluate(p) -> dict[str, float]:
-      preds = sft_eval.predict_commands(p, model_cfg, [e.record for e in dev], tok,
-                                        batch_size=bcfg.micro_batch_size,
-                                        sampling_config=sampling_cfg,
-                                        rng=jax.random.fold_in(rng, 1), mesh=mesh)
-      out = sft_eval.dev_metrics([e.record for e in dev], preds,
-                                 executor_config=exec_cfg, count_tokens=tok.count_tokens)
-      out['dev_loss'] = sft_step.command_loss(p, dev_batches, model_config=model_cfg,
-                                              mesh=mesh, reduction=reduction,
-                                              loss_chunk_size=bcfg.loss_chunk_size)
-      for e, text in list(zip(dev, preds))[:2]:
-        logging.info('SFT dev example: target %r -> predicted %r', e.record.target[:120],
-                     text[:120])
-      return out
-
-    writer = metrics_lib.MetricsWriter(directory, resume_step=step,
-                                       tensorboard=bool(config.metrics.tensorboard),
-                                       enabled=primary)
-    bar = metrics_lib.progress_bar(total, initial=step, desc=PHASE, unit='step',
-                                   disable=not (config.metrics.progress_bar and primary))
-    try:
-      while step < stop:
-        t0 = time.time()
-        idx, _, _ = sft_examples.batch_indices(step, len(train), batch_size, seed,
-                                               lengths=lengths, group_batches=groups)
-        decisions = [train_decisions[i] for i in idx]
-        mbs = batching.micro_batches(decisions, bcfg, pad_id=tok.pad_token_id)
-        # The schedule counts applied updates: skipped (non-finite) steps do not move it.
-        m_lr = float(schedule(step - skips.total))
-        params, opt_state, m = sft_step.train_step(
-            params, opt_state, mbs, model_config=model_cfg, opt=opt, mesh=mesh,
-            reduction=reduction, loss_chunk_size=bcfg.loss_chunk_size)
-        m['lr'] = m_lr
-        step += 1
-        skips.record(not m['skipped'], f'SFT step {step}')
-        dt = time.time() - t0
-        train_loss = m['loss']
-        tokens = sum(len(d.prompt_tokens) + len(d.command_tokens) for d in decisions)
-        if step % int(config.metrics.log_every) == 0 or step == total:
-          writer.write(step, _prefixed('train', {
-              'loss': m['loss'], 'lr': m['lr'], 'grad_norm': m['grad_norm'],
-              'token_accuracy': m['token_accuracy'], 'token_nll': m['token_nll'],
-              'tokens_per_s': tokens / max(dt, 1e-9), 'step_time_s': dt,
-              'epoch': step / spe, 'skipped': m['skipped'],
-              'skipped_total': float(skips.total)}))
-        bar.update(1)
-        postfix = dict(loss=f'{m["loss"]:.3f}', lr=f'{m["lr"]:.2e}')
-        if skips.total:
-          postfix['skipped'] = skips.total  # non-finite steps, not applied
-        bar.set_postfix(**postfix)
-        is_eval = (step % eval_every == 0 or step == total
-                   or (eval_each_epoch and step % spe == 0))
-        selection = None
-        if is_eval and dev:
-          last_dev = evaluate(params)
-          writer.write(step, _prefixed('dev', last_dev))
-          selection = {'tool_accuracy': last_dev['tool_accuracy'],
-                       'invalid_rate': last_dev['invalid_rate']}
-          logging.info('SFT step %d: dev tool accuracy %.3f, invalid rate %.3f, exact '
-                       '%.3f, dev loss %.4f', step, last_dev['tool_accuracy'],
-                       last_dev['invalid_rate'], last_dev['exact_match'],
-                       last_dev['dev_loss'])
-        # A stop_after_step stop saves nothing extra: it behaves like a kill.
-        if is_eval or step % save_every == 0:
-          wall = prior_wall + time.time() - t_start
-          final = None
-          if step == total:
-            final = _final_metrics(step, total, wall, train_loss, last_dev, mgr, selection,
-                                   len(train), len(dev), drop_train, drop_dev)
-          metadata = {'fingerprint': fingerprint, 'total_steps': total,
-                      'cumulative_wall_time_s': wall, 'dev_metrics': last_dev,
-                      'train_loss': train_loss, 'complete': step == total,
-                      'skipped_steps': skips.total}
-          if final is not None:
-            metadata['final_metrics'] = final
-          mgr.save(checkpoints.TrainState(step=step, params=params, opt_state=opt_state,
-                                          rng=rng, data_position=position(step),
-                                          metadata=metadata),
-                   selection_metrics=selection)
-    finally:
-      bar.close()
-      writer.close()
-    wall = prior_wall + time.time() - t_start
-    result = _final_metrics(step, total, wall, train_loss, last_dev, mgr, None, len(train),
-                            len(dev), drop_train, drop_dev)
+      params, opt_state, rng = restored.params, restored.opt_state, restored.rng
+      logging.info('SFT resumes from step %d of %d in %s (epoch %d, batch %d)',
+                   runner.step, total, directory, *divmod(runner.step, spe))
+    phase = _SFTPhase(config, runner, data, model_cfg=model_cfg, tok=tok, mesh=mesh,
+                      bcfg=bcfg, opt=opt, params=params, opt_state=opt_state, rng=rng,
+                      fingerprint=fingerprint)
+    step = runner.run(phase, stop=stop_after_step)
+    result = phase.final_metrics(step, runner.wall_time(), None)
   result['wall_time_s'] = time.time() - t_start
   return result
 

@@ -37,7 +37,6 @@ On one device all of this is the single-device computation.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, Mapping, Sequence
 
@@ -60,42 +59,7 @@ STEP_KEYS = ('input_ids', 'attention_mask', 'positions', 'command_positions',
 
 
 # ----------------------------------------------------------------------------- optimizer
-@dataclasses.dataclass(frozen=True)
-class OptimizerConfig:
-  """SFT optimizer hyperparameters (config section `sft`; SPEC §4). Hashable: static jit
-  argument.
-
-  Attributes:
-    learning_rate: peak learning rate (SPEC §4: 2e-5).
-    total_steps: optimizer steps of the whole run.
-    warmup_ratio: share of total_steps with linear warmup (SPEC §4: 0.03).
-    weight_decay: AdamW decoupled weight decay (not on 1-D params).
-    max_grad_norm: global-norm clip (SPEC §4: 1.0).
-    adam_b1, adam_b2, adam_eps: AdamW moments and ε (decision: 0.9, 0.999, 1e-8).
-    lr_schedule: after warmup: 'linear' (decision), 'cosine' or 'constant'.
-  """
-  learning_rate: float
-  total_steps: int
-  warmup_ratio: float = 0.03
-  weight_decay: float = 0.0
-  max_grad_norm: float = 1.0
-  adam_b1: float = 0.9
-  adam_b2: float = 0.999
-  adam_eps: float = 1e-8
-  lr_schedule: str = 'linear'
-
-  def __post_init__(self):
-    if self.total_steps < 1:
-      raise ValueError(f'OptimizerConfig.total_steps must be >= 1, got {self.total_steps}')
-    optim.check_schedule(self.lr_schedule, self.warmup_ratio, self.total_steps, 'sft')
-
-  @property
-  def warmup_steps(self) -> int:
-    """ceil(warmup_ratio · total_steps) (HF `get_warmup_steps`)."""
-    return optim.warmup_steps(self.warmup_ratio, self.total_steps)
-
-
-def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
+def lr_schedule(opt: optim.OptimizerConfig) -> optax.Schedule:
   """Learning rate of the update after `count` completed steps: peak/w -> peak over
   the w warmup steps, then `opt.lr_schedule` (optim.lr_schedule; 'linear': to 0 at
   total_steps, the HF linear schedule with warmup)."""
@@ -105,13 +69,13 @@ def lr_schedule(opt: OptimizerConfig) -> optax.Schedule:
 
 
 @functools.partial(jax.jit, static_argnames=('opt',))
-def init_optimizer(params: Any, *, opt: OptimizerConfig) -> Any:
+def init_optimizer(params: Any, *, opt: optim.OptimizerConfig) -> Any:
   """`make_optimizer(opt).init(params)` as one compiled program (eager init compiles
   every small op separately)."""
   return make_optimizer(opt).init(params)
 
 
-def make_optimizer(opt: OptimizerConfig) -> optax.GradientTransformation:
+def make_optimizer(opt: optim.OptimizerConfig) -> optax.GradientTransformation:
   """clip_by_global_norm(max_grad_norm) -> AdamW with `lr_schedule` (SPEC §4)."""
   return optim.clipped_adamw(lr_schedule(opt), b1=opt.adam_b1, b2=opt.adam_b2,
                              eps=opt.adam_eps, weight_decay=opt.weight_decay,
@@ -207,13 +171,13 @@ def _mean_grads(acc: Mapping[str, Any], params: Any) -> Any:
 
 @functools.partial(jax.jit, static_argnames=('opt',))
 def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
-                      opt: OptimizerConfig) -> tuple[Any, Any, dict[str, jax.Array]]:
+                      opt: optim.OptimizerConfig) -> tuple[Any, Any, dict[str, jax.Array]]:
   """One optimizer update from an accumulated step (jitted; divides once).
 
   Args:
     params, opt_state: current parameters and `make_optimizer(opt)` state.
     acc: the step's accumulator (all its micro-batches).
-    opt: OptimizerConfig (static).
+    opt: optim.OptimizerConfig (static).
   Returns:
     (params, opt_state, {'loss': the step's loss (sum / count of the reduction),
     'grad_norm': global norm of that loss's gradient before clipping, 'token_nll',
@@ -234,7 +198,7 @@ def _skipped_summary(acc: Mapping[str, Any], params: Any) -> dict[str, jax.Array
 
 def train_step(params: Any, opt_state: Any,
                micro_batches: Sequence[Mapping[str, np.ndarray]], *,
-               model_config: qwen_config.QwenConfig, opt: OptimizerConfig,
+               model_config: qwen_config.QwenConfig, opt: optim.OptimizerConfig,
                mesh: jax.sharding.Mesh | None = None, reduction: str = 'decision',
                loss_chunk_size: int | None = loss_step.DEFAULT_LOSS_CHUNK_SIZE
                ) -> tuple[Any, Any, dict[str, float]]:

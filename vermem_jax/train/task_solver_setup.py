@@ -126,13 +126,16 @@ def make_action_solver(config: ml_collections.ConfigDict, tokenizer: Any,
 
 def _chat_client(config: ml_collections.ConfigDict) -> http_chat.ChatClient:
   s = config.solver
-  if not (s.get('base_url') and s.get('model')):
-    raise ValueError("config.solver.base_url: solver.backend='openai_compatible' needs "
-                     'solver.base_url and solver.model')
-  return http_chat.ChatClient(
-      s.base_url, s.model, api_key_env=s.api_key_env, require_api_key=True,
-      api_key_field='solver.api_key_env', timeout_s=float(s.timeout_s),
-      max_retries=int(s.max_retries), max_concurrency=int(s.max_concurrency))
+  chat = http_chat.ChatBackendConfig(
+      base_url=s.get('base_url') or '', model=s.get('model') or '',
+      api_key_env=s.api_key_env, timeout_s=float(s.timeout_s),
+      max_concurrency=int(s.max_concurrency), max_retries=int(s.max_retries),
+      section='solver')
+  try:
+    chat.check_endpoint()
+  except ValueError as e:
+    raise ValueError(f'config.solver.base_url: {e}') from e
+  return chat.client(require_api_key=True, retry_in_client=True)
 
 
 def _llm_weights(config: ml_collections.ConfigDict, tokenizer: Any, solver_params: Any,

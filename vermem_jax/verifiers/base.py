@@ -27,6 +27,8 @@ import dataclasses
 import threading
 from typing import ClassVar, Mapping, Sequence
 
+from vermem_jax import http_chat
+
 # Operation names shared by records, advantages and metrics (team contract; mirrors
 # vermem_jax.memory.ALL_OPS, checked in tests/test_verifier_adapters.py).
 LTM_OPS = ("Add", "Update", "Delete")
@@ -48,9 +50,9 @@ BACKENDS = ("heuristic", "local_model", "openai_compatible")
 FALLBACKS = ("zero", "midpoint", "heuristic", "skip")
 
 
-# Smallest valid value of the numeric VerifierConfig fields (timeout_s must be > 0).
-_LOWER_BOUNDS = {"max_concurrency": 1, "max_retries": 0, "backoff_s": 0,
-                 "max_new_tokens": 1, "batch_size": 1, "temperature": 0,
+# Smallest valid value of the numeric VerifierConfig fields besides the endpoint's
+# (http_chat.ChatBackendConfig checks those).
+_LOWER_BOUNDS = {"max_new_tokens": 1, "batch_size": 1, "temperature": 0,
                  "max_section_chars": 100, "global_history_tokens": 0}
 
 
@@ -121,15 +123,17 @@ class VerifierConfig:
     if self.fallback not in FALLBACKS:
       raise ValueError(
           f"verifier.fallback={self.fallback!r}; expected one of {FALLBACKS}")
-    if self.timeout_s <= 0:
-      raise ValueError(f"verifier.timeout_s must be > 0, got {self.timeout_s}")
+    chat = self.chat  # checks the endpoint's numbers
     for name, low in _LOWER_BOUNDS.items():
       if getattr(self, name) < low:
         raise ValueError(f"verifier.{name} must be >= {low}, got {getattr(self, name)}")
-    if self.backend == "openai_compatible" and not (self.base_url and self.model):
-      raise ValueError(
-          "verifier.backend='openai_compatible' needs verifier.base_url and "
-          "verifier.model")
+    if self.backend == "openai_compatible":
+      chat.check_endpoint()
+
+  @property
+  def chat(self) -> http_chat.ChatBackendConfig:
+    """The HTTP backend's endpoint settings (section `verifier`)."""
+    return http_chat.ChatBackendConfig.of(self, "verifier")
 
 
 @dataclasses.dataclass(frozen=True)

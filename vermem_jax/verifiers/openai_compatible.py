@@ -26,11 +26,8 @@ class OpenAICompatibleVerifier(llm.LLMVerifier):
 
   def __init__(self, config: base.VerifierConfig):
     super().__init__(config)
-    self._client = http_chat.ChatClient(
-        config.base_url, config.model, api_key_env=config.api_key_env,
-        require_api_key=True, api_key_field="verifier.api_key_env",
-        timeout_s=config.timeout_s, max_retries=0,
-        max_concurrency=config.max_concurrency)
+    # The verifier's own rounds retry (also unparsable replies); the client does not.
+    self._client = config.chat.client(require_api_key=True, retry_in_client=False)
 
   def __repr__(self):  # the default repr would not leak the key, but be explicit
     return (f"OpenAICompatibleVerifier(url={self._client.url!r}, "

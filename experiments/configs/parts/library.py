@@ -12,11 +12,11 @@ The libraries are imported inside the functions: they are heavier than the confi
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping
+from typing import Any
 
 import ml_collections
 
+from vermem_jax import config_util
 from vermem_jax import paths
 
 # Config keys that only the config layer reads (not fields of the section's library
@@ -72,7 +72,8 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     for key in CONFIG_ONLY_KEYS.get(section, ()):
       values.pop(key, None)
     try:
-      return to_dataclass(cls, values, **extra)
+      return config_util.dataclass_from_mapping(cls, values, strict=True,
+                                                what=cls.__name__, overrides=extra)
     except (ValueError, TypeError) as e:
       raise ValueError(f'config.{section}: {e}') from e
 
@@ -93,7 +94,8 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     raise ValueError(f'config.episodes: {e}') from e
   from vermem_jax.eval import judges  # pylint: disable=g-import-not-at-top
   try:
-    out['judge'] = to_dataclass(judges.JudgeConfig, config.eval.judge)
+    out['judge'] = config_util.dataclass_from_mapping(
+        judges.JudgeConfig, config.eval.judge.to_dict(), strict=True, what='JudgeConfig')
   except (ValueError, TypeError) as e:
     raise ValueError(f'config.eval.judge: {e}') from e
   return out
@@ -102,28 +104,3 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
 def hotpotqa_dir(config: ml_collections.ConfigDict) -> str:
   """The HotpotQA folder: `data.hotpotqa_dir`, else `<data.data_dir>/hotpotqa`."""
   return config.data.hotpotqa_dir or paths.hotpotqa_dir(config.data.data_dir)
-
-
-def to_dataclass(cls: type, section: Mapping[str, Any] | ml_collections.ConfigDict,
-                 *, strict: bool = True, **extra: Any) -> Any:
-  """Builds library dataclass `cls` from a config section (keys = field names).
-
-  Args:
-    cls: a dataclass type (e.g. memory.ExecutorConfig, rl.advantages.AdvantageConfig).
-    section: the ConfigDict section (or mapping).
-    strict: raise if the section holds keys `cls` does not have.
-    **extra: values for fields not in the section (they win over the section).
-  Raises:
-    ValueError: naming unknown keys (strict) or the dataclass's unknown fields.
-  """
-  if not dataclasses.is_dataclass(cls):
-    raise ValueError(f'{cls!r} is not a dataclass')
-  values = dict(section.to_dict() if isinstance(section, ml_collections.ConfigDict)
-                else section)
-  values.update(extra)
-  names = {f.name for f in dataclasses.fields(cls) if f.init}
-  unknown = sorted(set(values) - names)
-  if unknown and strict:
-    raise ValueError(f'{cls.__name__} has no field(s) {unknown}; config keys must match '
-                     f'its fields {sorted(names)}')
-  return cls(**{k: v for k, v in values.items() if k in names})

@@ -77,9 +77,10 @@ class OpenAICompatibleTeacher:
     self.api_key_env = api_key_env
     self.max_tokens = max_tokens
     self.temperature = temperature
-    self._client = http_chat.ChatClient(
-        base_url, model, api_key_env=api_key_env, require_api_key=False,
-        timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s)
+    self._client = http_chat.ChatBackendConfig(
+        base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=timeout_s,
+        max_retries=max_retries, backoff_s=backoff_s, section='sft.teacher').client(
+            require_api_key=False, retry_in_client=True)
     self.url = self._client.url
 
   @property
