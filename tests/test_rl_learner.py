@@ -8,6 +8,7 @@ import pytest
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
 from vermem_jax.rl import batching
+from vermem_jax.rl import loss_step
 from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 
@@ -68,7 +69,6 @@ def test_sampler_logprobs_mode_uses_the_recorded_numbers():
   bcfg = batching.BatchingConfig(micro_batch_size=4, length_buckets=(64,),
                                  command_buckets=(8,))
   batch = batching.to_step_batch(batching.micro_batches(base, bcfg)[0])
-  from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
   lp = np.asarray(loss_step.policy_logprobs(params, batch, model_config=mc, temperature=0.7))
   shifted = []
   for i, d in enumerate(base):

@@ -16,15 +16,18 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from test_curriculum_e2e import curriculum_workdir  # pylint: disable=g-bad-import-order
 from test_curriculum_e2e import override_flags
 from test_curriculum_e2e import tiny_config
+from vermem_jax.rl import loss_step
 from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_phase
 from vermem_jax.train import rl_resume
 
@@ -197,9 +200,6 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
 
 
 def test_nan_gradient_skips_one_update_and_the_run_continues(tmp_path, monkeypatch):
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from vermem_jax.rl import loss_step  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
   workdir = _copy_prerequisites(tmp_path)
   real_update, real_step = rl_learner.learner_update, loss_step.grpo_loss_and_grads
   updates = []
