@@ -16,6 +16,7 @@ from experiments.configs.parts import validation
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import sft
+from vermem_jax.train import sft_eval
 
 # Learner shape of run_sft (each one is a compilation): B=4, T=608 (x_i limited to 512
 # tokens + chat template), L=32.
@@ -71,6 +72,12 @@ def test_run_sft_end_to_end_and_exact_resume(tmp_path):
   assert result['executable_rate'] == pytest.approx(1 - result['invalid_rate'])
   d = os.path.join(full_dir, 'sft')
   assert os.path.isfile(os.path.join(d, sft.COUNTS_FILE))
+  # The last evaluation's predictions, one line per dev record, agree with its figures.
+  with open(os.path.join(d, sft_eval.PREDICTIONS_FILE)) as f:
+    rows = [json.loads(line) for line in f]
+  assert len(rows) == result['num_dev'] and {r['step'] for r in rows} == {4}
+  assert np.mean([r['predicted_op'] == r['op'] for r in rows]) == pytest.approx(
+      result['tool_accuracy'])
   with checkpoints.PhaseCheckpointManager(d) as mgr:
     assert mgr.latest_step() == 4
     assert mgr.best_step() in (2, 4) and mgr.best_step() == result['best_step']

@@ -2,6 +2,7 @@
 predictions for real SFT dev records."""
 
 import dataclasses
+import json
 
 import pytest
 
@@ -33,6 +34,11 @@ def test_dev_metrics_on_hand_made_predictions(records, tok):
   assert m['exact_match'] == pytest.approx(2 / 6)
   assert m['unparseable_rate'] == pytest.approx(1 / 6)
   assert m['tool_accuracy/Add'] == pytest.approx(1 / 3)
+  # What each class was predicted as: Add -> Add, unparseable, ∅ (a third each).
+  assert {k: v for k, v in m.items() if k.startswith('predicted/Add/')} == {
+      'predicted/Add/Add': pytest.approx(1 / 3), 'predicted/Add/Invalid': pytest.approx(1 / 3),
+      'predicted/Add/Null': pytest.approx(1 / 3)}
+  assert m['predicted/Update/Retrieve'] == 1.0
   assert m['num_dev'] == 6
   with pytest.raises(ValueError, match='predictions'):
     sft_eval.dev_metrics(recs, preds[:2], executor_config=ExecutorConfig(),
@@ -53,3 +59,20 @@ def test_exact_match_compares_ids_qualified(records, tok):
                                                           policy_input_limit=512),
                            count_tokens=tok.count_tokens)
   assert m['exact_match'] == pytest.approx(2 / 3)
+
+
+def test_write_predictions_one_line_per_record(records, tok, tmp_path):
+  dev = records[1][:3]
+  preds = [dev[0].target, 'Add(content="never closed', cmds.NULL_SYMBOL]
+  outcomes = sft_eval.prediction_outcomes(
+      dev, preds, executor_config=ExecutorConfig(context_budget=256,
+                                                 policy_input_limit=512),
+      count_tokens=tok.count_tokens)
+  path = tmp_path / sft_eval.PREDICTIONS_FILE
+  sft_eval.write_predictions(str(path), dev, preds, outcomes, step=7)
+  rows = [json.loads(l) for l in path.read_text().splitlines()]
+  assert [r['prediction'] for r in rows] == preds
+  assert [r['template'] for r in rows] == [r.template for r in dev]
+  assert rows[0]['exact'] and rows[0]['predicted_op'] == dev[0].op
+  assert rows[1]['predicted_op'] == 'Invalid' and not rows[1]['accepted']
+  assert {r['step'] for r in rows} == {7}

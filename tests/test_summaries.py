@@ -126,12 +126,15 @@ def test_sft_summary_block(tmp_path):
             'executable_rate': 0.75, 'executable_rate_non_null': math.nan,
             'exact_match': 0.25, 'dev_loss': 1.5,
             'tool_accuracy/Add': 0.625, 'exact_match/Add': 0.125,
-            'tool_accuracy/Null': 1.0, 'exact_match/Null': 1.0}
+            'tool_accuracy/Null': 1.0, 'exact_match/Null': 1.0,
+            'predicted/Add/Add': 0.625, 'predicted/Add/Null': 0.25,
+            'predicted/Add/Invalid': 0.125, 'predicted/Null/Null': 1.0}
   text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
   assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text
   assert re.search(r'\n  dev tool accuracy +0\.500\n', text)
   assert re.search(r'\n  executable rate +0\.750 ', text)
   assert re.search(r'\n  non-∅ executable rate +n/a ', text)
-  assert any(l.split() == ['Add', '0.62', '0.12'] for l in text.splitlines())
+  # The most frequent wrong prediction of a class and its share; none for ∅.
+  assert any(l.split() == ['Add', '0.62', '0.12', '∅', '0.25'] for l in text.splitlines())
   assert any(l.split() == ['∅', '1.00', '1.00'] for l in text.splitlines())
   assert 'Update' not in text  # classes without a figure are left out

@@ -269,13 +269,18 @@ class _SFTPhase:
     if not dev:
       return phase_runner.Evaluation({})
     p = self.params
-    preds = sft_eval.predict_commands(p, self.model_cfg, [e.record for e in dev], self.tok,
+    records = [e.record for e in dev]
+    preds = sft_eval.predict_commands(p, self.model_cfg, records, self.tok,
                                       batch_size=self.bcfg.micro_batch_size,
                                       sampling_config=self.sampling_cfg,
                                       rng=jax.random.fold_in(self.rng, 1), mesh=self.mesh)
-    out = sft_eval.dev_metrics([e.record for e in dev], preds,
-                               executor_config=self.exec_cfg,
-                               count_tokens=self.tok.count_tokens)
+    outcomes = sft_eval.prediction_outcomes(records, preds, executor_config=self.exec_cfg,
+                                            count_tokens=self.tok.count_tokens)
+    out = sft_eval.metrics_from_outcomes(outcomes)
+    if self.runner.primary:
+      sft_eval.write_predictions(os.path.join(self.runner.directory,
+                                              sft_eval.PREDICTIONS_FILE),
+                                 records, preds, outcomes, n)
     out['dev_loss'] = sft_step.command_loss(p, self.data.dev_batches,
                                             model_config=self.model_cfg, mesh=self.mesh,
                                             reduction=self.reduction,

@@ -14,6 +14,7 @@ accuracy, ties broken by the lower invalid rate. With a mesh, greedy decoding ru
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any, Callable, Sequence
 
 import jax
@@ -27,6 +28,48 @@ from vermem_jax.memory import executor as mexec
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import policy
 from vermem_jax.train import setup as setup_lib
+
+# The last dev evaluation's greedy predictions, one JSON line per dev record, in the
+# SFT phase directory (`write_predictions`).
+PREDICTIONS_FILE = 'dev_predictions.jsonl'
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """One dev prediction scored: target op, predicted op ('Invalid' if unparseable),
+  accepted by the executor on the record's state, equal to the target."""
+  op: str
+  pred_op: str
+  accepted: bool
+  exact: bool
+
+
+def prediction_outcomes(records: Sequence[sft_records.SFTRecord],
+                        predictions: Sequence[str], *, executor_config: ExecutorConfig,
+                        count_tokens: Callable[[str], int]) -> list[Outcome]:
+  """Scores each prediction on its record (see `dev_metrics` for the rules).
+
+  Raises:
+    ValueError: different numbers of records and predictions, or no records.
+  """
+  if len(records) != len(predictions):
+    raise ValueError(f'{len(records)} dev records but {len(predictions)} predictions')
+  if not records:
+    raise ValueError('dev metrics need at least one record')
+  out = []
+  for rec, text in zip(records, predictions):
+    parsed = cmds.parse_command(text, executor_config.max_command_chars)
+    ok_parse = isinstance(parsed, cmds.Command)
+    cfg = dataclasses.replace(executor_config, phase=rec.phase, allowed_ops=None)
+    target = cmds.parse_command(rec.target, executor_config.max_command_chars)
+    # Compared with ids qualified: `c2` and `<ns>:c2` name the same record.
+    exact = (ok_parse and isinstance(target, cmds.Command)
+             and mexec.qualify_command(parsed, rec.state.ns)
+             == mexec.qualify_command(target, rec.state.ns))
+    out.append(Outcome(op=rec.op, pred_op=parsed.op if ok_parse else cmds.INVALID_OP,
+                       accepted=mexec.execute(rec.state, text, cfg, count_tokens).accepted,
+                       exact=bool(exact)))
+  return out
 
 
 def dev_metrics(records: Sequence[sft_records.SFTRecord], predictions: Sequence[str], *,
@@ -49,37 +92,27 @@ def dev_metrics(records: Sequence[sft_records.SFTRecord], predictions: Sequence[
      rejected by the executor, 'executable_rate': 1 - invalid_rate, 'exact_match':
      share whose parsed command equals the parsed target (canonical arguments),
      'executable_rate_non_null': executable share among the predictions whose op is
-     not ∅ (NaN if there are none), 'unparseable_rate', 'num_dev', and
-     'tool_accuracy/<op>', 'exact_match/<op>' per target op}.
+     not ∅ (NaN if there are none), 'unparseable_rate', 'num_dev',
+     'tool_accuracy/<op>', 'exact_match/<op>' per target op, and
+     'predicted/<op>/<pred op>': the share of <op>'s records predicted as <pred op>
+     (only pairs that occur; <pred op> 'Invalid' for unparseable text)}.
   Raises:
     ValueError: different numbers of records and predictions, or no records.
   """
-  if len(records) != len(predictions):
-    raise ValueError(f'{len(records)} dev records but {len(predictions)} predictions')
-  if not records:
-    raise ValueError('dev metrics need at least one record')
-  tool, invalid, exact, unparseable = [], [], [], []
-  per_op: dict[str, list[bool]] = {}
-  exact_per_op: dict[str, list[bool]] = {}
-  invalid_non_null: list[bool] = []
-  for rec, text in zip(records, predictions):
-    parsed = cmds.parse_command(text, executor_config.max_command_chars)
-    ok_parse = isinstance(parsed, cmds.Command)
-    pred_op = parsed.op if ok_parse else cmds.INVALID_OP
-    cfg = dataclasses.replace(executor_config, phase=rec.phase, allowed_ops=None)
-    accepted = mexec.execute(rec.state, text, cfg, count_tokens).accepted
-    target = cmds.parse_command(rec.target, executor_config.max_command_chars)
-    tool.append(pred_op == rec.op)
-    per_op.setdefault(rec.op, []).append(pred_op == rec.op)
-    invalid.append(not accepted)
-    unparseable.append(not ok_parse)
-    # Compared with ids qualified: `c2` and `<ns>:c2` name the same record.
-    exact.append(ok_parse and isinstance(target, cmds.Command)
-                 and mexec.qualify_command(parsed, rec.state.ns)
-                 == mexec.qualify_command(target, rec.state.ns))
-    exact_per_op.setdefault(rec.op, []).append(exact[-1])
-    if pred_op != cmds.NULL:
-      invalid_non_null.append(not accepted)
+  return metrics_from_outcomes(prediction_outcomes(
+      records, predictions, executor_config=executor_config, count_tokens=count_tokens))
+
+
+def metrics_from_outcomes(outcomes: Sequence[Outcome]) -> dict[str, float]:
+  """`dev_metrics`'s figures from scored predictions (`prediction_outcomes`)."""
+  tool = [o.pred_op == o.op for o in outcomes]
+  invalid = [not o.accepted for o in outcomes]
+  exact = [o.exact for o in outcomes]
+  unparseable = [o.pred_op == cmds.INVALID_OP for o in outcomes]
+  invalid_non_null = [not o.accepted for o in outcomes if o.pred_op != cmds.NULL]
+  per_op: dict[str, list[Outcome]] = {}
+  for o in outcomes:
+    per_op.setdefault(o.op, []).append(o)
   out = {'tool_accuracy': float(np.mean(tool)), 'invalid_rate': float(np.mean(invalid)),
          'executable_rate': 1.0 - float(np.mean(invalid)),
          # A policy that answers ∅ everywhere is fully "executable"; this share counts
@@ -87,11 +120,28 @@ def dev_metrics(records: Sequence[sft_records.SFTRecord], predictions: Sequence[
          'executable_rate_non_null': (1.0 - float(np.mean(invalid_non_null))
                                       if invalid_non_null else float('nan')),
          'exact_match': float(np.mean(exact)),
-         'unparseable_rate': float(np.mean(unparseable)), 'num_dev': float(len(records))}
+         'unparseable_rate': float(np.mean(unparseable)), 'num_dev': float(len(outcomes))}
   for op in sorted(per_op):
-    out[f'tool_accuracy/{op}'] = float(np.mean(per_op[op]))
-    out[f'exact_match/{op}'] = float(np.mean(exact_per_op[op]))
+    group = per_op[op]
+    out[f'tool_accuracy/{op}'] = float(np.mean([o.pred_op == op for o in group]))
+    out[f'exact_match/{op}'] = float(np.mean([o.exact for o in group]))
+    for pred_op in sorted({o.pred_op for o in group}):
+      out[f'predicted/{op}/{pred_op}'] = float(np.mean([o.pred_op == pred_op
+                                                        for o in group]))
   return out
+
+
+def write_predictions(path: str, records: Sequence[sft_records.SFTRecord],
+                      predictions: Sequence[str], outcomes: Sequence[Outcome],
+                      step: int) -> None:
+  """Writes one JSON line per dev record (step, template, target, prediction and its
+  outcome) to `path`, replacing the file: the last evaluation's predictions."""
+  with open(path, 'w') as f:
+    for rec, text, o in zip(records, predictions, outcomes):
+      f.write(json.dumps({'step': step, 'template': rec.template, 'op': rec.op,
+                          'target': rec.target, 'prediction': text,
+                          'predicted_op': o.pred_op, 'accepted': o.accepted,
+                          'exact': o.exact}, ensure_ascii=False) + '\n')
 
 
 def predict_commands(params: Any, model_config: qwen_config.QwenConfig,

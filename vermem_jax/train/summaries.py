@@ -33,6 +33,7 @@ import numpy as np
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import sft_eval
 
 NOTEBOOK = os.path.join('experiments', 'notebooks', 'advantage_statistics.ipynb')
 # (label, metrics.jsonl key) of the RL rows compared first vs last.
@@ -54,6 +55,23 @@ def _fmt(value: Any, digits: int = 3) -> str:
   return 'n/a' if math.isnan(value) else f'{value:.{digits}f}'
 
 
+def _op_name(op: str) -> str:
+  return '∅' if op == mcommands.NULL else ('unparseable' if op == mcommands.INVALID_OP
+                                           else op)
+
+
+def _instead(result: Mapping[str, Any], op: str) -> str:
+  """The wrong prediction most frequent for target `op` and its share ('' if none),
+  from `sft_eval.dev_metrics`' 'predicted/<op>/<pred op>' figures."""
+  prefix = f'predicted/{op}/'
+  wrong = [(v, k[len(prefix):]) for k, v in result.items()
+           if k.startswith(prefix) and k[len(prefix):] != op and v > 0]
+  if not wrong:
+    return ''
+  share, pred = max(wrong)
+  return f'{_op_name(pred)} {share:.2f}'
+
+
 def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
   """The SFT block from `train.sft.run_sft`'s result (its last dev evaluation)."""
   r = result
@@ -71,15 +89,16 @@ def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
       '(the predictions that are not ∅)',
       f'  exact match             {_fmt(r.get("exact_match"))}',
       f'  dev loss                {_fmt(r.get("dev_loss"))}',
-      f'  {"class":<14s} {"tool acc":>8s} {"exact":>7s}']
+      f'  {"class":<14s} {"tool acc":>8s} {"exact":>7s}   most often predicted instead']
   for op in CLASSES:
     acc = r.get(f'tool_accuracy/{op}')
     if acc is None:
       continue
-    lines.append(f'  {("∅" if op == mcommands.NULL else op):<14s} {_fmt(acc, 2):>8s} '
-                 f'{_fmt(r.get(f"exact_match/{op}"), 2):>7s}')
+    lines.append(f'  {_op_name(op):<14s} {_fmt(acc, 2):>8s} '
+                 f'{_fmt(r.get(f"exact_match/{op}"), 2):>7s}   {_instead(r, op)}'.rstrip())
   lines.append(f'  logs: {os.path.join(phase_dir, metrics_lib.METRICS_FILE)}, '
-               f'TensorBoard events in {phase_dir}')
+               f'TensorBoard events in {phase_dir}; the dev predictions in '
+               f'{os.path.join(phase_dir, sft_eval.PREDICTIONS_FILE)}')
   return '\n'.join(lines)
 
 
