@@ -321,9 +321,6 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   t_start = time.time()
   phase = rl_setup.check_phase(config)
   prev = rl_setup.PREVIOUS_PHASE[phase]
-  if config.rl.get('reference_phase', prev) not in ('', prev):
-    raise ValueError(f'config.rl.reference_phase: {phase} uses {prev!r} as π_ref '
-                     f'(SPEC §4), got {config.rl.reference_phase!r}')
   directory = checkpoints.phase_dir(workdir, phase)
   prev_dir = checkpoints.phase_dir(workdir, prev)
   total, seed = int(config.rl.num_updates), int(config.seed)

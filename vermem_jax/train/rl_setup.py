@@ -69,7 +69,7 @@ class PhaseSetup:
   """Everything a phase's updates need, built once from the config.
 
   Attributes:
-    phase, op_space: 'phase_b', 'B'.
+    phase, op_space: 'phase_b', 'B' (memory.commands.PHASE_OP_SPACE).
     tokenizer, model_config: the policy's.
     train_specs, dev_specs: the phase's train / internal-dev episodes (SPEC §4).
     solver: π_task; verifier: local + global verifier.
@@ -169,7 +169,7 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
   """
   phase = check_phase(config)
   check_tasks_split(config, num_processes)
-  op_space = config.episodes.op_space
+  op_space = mcommands.PHASE_OP_SPACE[phase]
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)
   exec_cfg = config_util.dataclass_from_mapping(

@@ -63,6 +63,7 @@ from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.sft_data import build as sft_build
 from vermem_jax.envs.sft_data import config as sft_config
+from vermem_jax.memory import commands
 from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import batching
 from vermem_jax.rl import policy
@@ -82,8 +83,9 @@ COUNTS_FILE = 'sft_data_counts.txt'
 
 # ----------------------------------------------------------------------------- config glue
 def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
-  return config_util.dataclass_from_mapping(ExecutorConfig, config.memory.to_dict(),
-                                            overrides={'phase': config.episodes.op_space})
+  return config_util.dataclass_from_mapping(
+      ExecutorConfig, config.memory.to_dict(),
+      overrides={'phase': commands.PHASE_OP_SPACE[PHASE]})
 
 
 def _sft_data_config(config: ml_collections.ConfigDict) -> sft_config.SFTDataConfig:
