@@ -18,7 +18,7 @@ _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from vermem_jax.models import qwen, sampling, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import checkpoints, optim, rl_learner, setup, sft_step
+    from vermem_jax.train import checkpoints, optim, rl_learner, rl_optimizer, setup, sft_step
 
     assert jax.device_count() == 8, jax.devices()
     cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -70,7 +70,7 @@ _SCRIPT = textwrap.dedent("""
     # (b) one GRPO learner update (KL to a different π_ref, learner θ_old)
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
-    tx = rl_learner.make_optimizer(ropt)
+    tx = rl_optimizer.make_optimizer(ropt)
     lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
     q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, lc)
     refs = sharding.shard_params(ref, mesh)

@@ -54,6 +54,7 @@ from vermem_jax.rl import rollout  # noqa: E402
 from vermem_jax.rl import task_selection  # noqa: E402
 from vermem_jax.train import checkpoints  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
+from vermem_jax.train import rl_optimizer  # noqa: E402
 from vermem_jax.train import rl_setup  # noqa: E402
 
 STAGES = (
@@ -115,7 +116,7 @@ def main():
   t0 = time.perf_counter()
   running, _ = rl_setup.init_running_stats(config, setup)
   t_stats = time.perf_counter() - t0
-  opt_state = rl_learner.make_optimizer(setup.opt).init(params)
+  opt_state = rl_optimizer.make_optimizer(setup.opt).init(params)
   policy = policy_lib.SamplerPolicy(mc, params, setup.tokenizer,
                                     sampling_config=setup.sampling_config,
                                     batch_buckets=(setup.rollout_config.num_rollouts,))

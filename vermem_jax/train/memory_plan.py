@@ -114,7 +114,7 @@ def plan_settings(config: ml_collections.ConfigDict, num_devices: int) -> PlanSe
       length=int(config.batching.length_buckets[-1]),
       command_tokens=int(config.batching.command_buckets[-1]),
       loss_chunk_size=config.batching.loss_chunk_size,
-      loss=rl_setup.loss_config_from(config), opt=rl_learner.optimizer_config_from(config),
+      loss=rl_setup.loss_config_from(config), opt=rl_optimizer.optimizer_config_from(config),
       rollout_rows=rows, shared_prefill_rows=shared,
       prompt_len=int(config.sampling.prompt_buckets[-1]),
       max_new_tokens=int(config.sampling.max_command_tokens),
@@ -171,7 +171,7 @@ def learner_step_kwargs(s: PlanSettings) -> dict[str, Any]:
 def abstract_state(s: PlanSettings, mesh: Any) -> tuple[Any, Any]:
   """(params, AdamW state) as ShapeDtypeStructs with the trainer's shardings."""
   return setup_lib.abstract_train_state(
-      s.model_config, rl_learner.make_optimizer(s.opt).init, mesh)
+      s.model_config, rl_optimizer.make_optimizer(s.opt).init, mesh)
 
 
 def kv_cache_bytes(s: PlanSettings, mesh: Any) -> int:

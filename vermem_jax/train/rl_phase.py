@@ -111,6 +111,7 @@ from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import phase_runner
 from vermem_jax.train import rl_learner
+from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_resume
 from vermem_jax.train import rl_selection
 from vermem_jax.train import rl_setup
@@ -329,7 +330,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   # Abstract arrays with the mesh shardings: restores land directly on the layout.
   param_shapes, opt_shapes = setup_lib.abstract_train_state(
       setup_lib.model_config_from(config),
-      rl_learner.make_optimizer(rl_learner.optimizer_config_from(config)).init, mesh)
+      rl_optimizer.make_optimizer(rl_optimizer.optimizer_config_from(config)).init, mesh)
   runner_config = phase_runner.RunnerConfig.from_config(
       config, name=phase, total=total, eval_every=int(config.rl.get('eval_every', 0)),
       max_consecutive_skips=int(config.rl.max_consecutive_skips), unit='update')
@@ -362,7 +363,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
     if restored is None:
       params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable: sharing is safe
       dev_start = _dev_row('start', internal_dev_figures(setup, params, dev_count, mesh))
-      opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
+      opt_state = setup_lib.init_opt_state(rl_optimizer.make_optimizer(setup.opt).init,
                                            params, mesh)
       # Once (verifier calls), then the same statistics on every process.
       running, used = distributed.on_primary(

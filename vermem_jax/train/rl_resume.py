@@ -31,7 +31,6 @@ from vermem_jax.train import distributed
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_setup
 from vermem_jax.train import setup as setup_lib
-from vermem_jax.train import setup as setup_lib
 
 REFERENCE_FILE = 'reference.json'
 

@@ -50,6 +50,7 @@ from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base as vbase
 from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
+from vermem_jax.train import rl_optimizer
 from vermem_jax.train import setup as setup_lib
 from vermem_jax.train import task_solver_setup
 
@@ -95,7 +96,7 @@ class PhaseSetup:
   rollout_config: rollout.RolloutConfig
   loss: rl_learner.LossConfig
   opt: optim.OptimizerConfig
-  ppo: rl_learner.PPOConfig
+  ppo: rl_optimizer.PPOConfig
   construction: list
   dev_pool: list
 
@@ -210,8 +211,8 @@ def build_setup(config: ml_collections.ConfigDict, *, solver_params: Any = None,
       reward_config=config_util.dataclass_from_mapping(rw.RewardConfig, _section(config, 'reward')),
       batching_config=bcfg, sampling_config=sampling_cfg,
       rollout_config=rollout.RolloutConfig.from_config(_section(config, 'rl')),
-      loss=loss, opt=rl_learner.optimizer_config_from(config),
-      ppo=rl_learner.PPOConfig(int(config.rl.num_iterations),
+      loss=loss, opt=rl_optimizer.optimizer_config_from(config),
+      ppo=rl_optimizer.PPOConfig(int(config.rl.num_iterations),
                                int(config.rl.mini_batches_per_iteration)),
       construction=list(construction), dev_pool=list(dev_pool))
 
