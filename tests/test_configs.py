@@ -464,6 +464,7 @@ def _parse_flags(config_file, *overrides):
 def test_sft_teacher_fields_reach_the_sft_data_config():
   """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
   from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
@@ -476,12 +477,13 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
                    '--config.sft.teacher_model=qwen-teacher',
                    '--config.sft.teacher_timeout_s=5', '--config.sft.teacher_max_tokens=99')
   validation.validate_config(c)
-  data_cfg = sft._sft_data_config(c)  # pylint: disable=protected-access
+  run = run_setup.RunSetup.from_config(c)
+  data_cfg = run.sft.data
   assert data_cfg.teacher_backend == 'openai_compatible'
   assert data_cfg.teacher_base_url == 'http://127.0.0.1:9/v1'
   assert data_cfg.teacher_model == 'qwen-teacher'
   assert data_cfg.teacher_timeout_s == 5.0 and data_cfg.teacher_max_tokens == 99
-  assert sft.trajectory_fingerprint(c)['teacher_backend'] == 'openai_compatible'
+  assert sft.trajectory_fingerprint(run)['teacher_backend'] == 'openai_compatible'
   c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible')
   with pytest.raises(ValueError, match='config.sft.teacher_base_url'):
     validation.validate_config(c)
@@ -490,6 +492,7 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
 def test_old_logprobs_field():
   from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_resume  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   for phase in ('phase_a', 'phase_b', 'phase_c'):
     assert _paper(phase).rl.old_logprobs == 'learner'
   assert common.get_config('phase_b').rl.old_logprobs == 'learner'
@@ -497,7 +500,8 @@ def test_old_logprobs_field():
   assert validation.OLD_LOGPROBS_SOURCES == rl_learner.OLD_LOGPROBS_SOURCES
   c = _parse_flags('phase_b.py', '--config.rl.old_logprobs=sampler')
   validation.validate_config(c)
-  assert rl_resume.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
+  run = run_setup.RunSetup.from_config(c)
+  assert rl_resume.trajectory_fingerprint(run)['old_logprobs'] == 'sampler'
 
 
 def test_model_config_is_the_trainers():

@@ -64,7 +64,7 @@ shutil.copytree(os.path.join(U, 'sft'), os.path.join(R, 'from_u', 'sft'))
 run_lib.run(tiny_config('phase_a', **extra), os.path.join(R, 'from_u'))
 
 config = tiny_config('phase_a', **extra)
-mesh = setup_lib.make_mesh_from(config)
+mesh = setup_lib.make_mesh(setup_lib.MeshConfig.from_section(config.model))
 template, _ = setup_lib.abstract_train_state(
     setup_lib.model_config_from(config),
     rl_optimizer.make_optimizer(optim.OptimizerConfig(
@@ -104,7 +104,7 @@ from vermem_jax.train import checkpoints, optim, rl_optimizer, rl_resume
 from vermem_jax.train import setup as setup_lib
 K, R = sys.argv[1], sys.argv[2]
 config = tiny_config('phase_a', **json.loads(sys.argv[3]))
-mesh = setup_lib.make_mesh_from(config)
+mesh = setup_lib.make_mesh(setup_lib.MeshConfig.from_section(config.model))
 template, _ = setup_lib.abstract_train_state(
     setup_lib.model_config_from(config),
     rl_optimizer.make_optimizer(optim.OptimizerConfig(

@@ -50,11 +50,11 @@ def test_plan_cli_rejects_a_bad_field():
 
 def test_paper_mesh_is_fsdp_over_8_devices_and_tiny_stays_data_parallel():
   paper = common.get_config('phase_b', 'scale=paper')
-  assert setup.mesh_shape_from(paper, 8) == (1, 8, 1)
-  assert setup.mesh_shape_from(paper, 16) == (2, 8, 1)
+  assert setup.MeshConfig.from_section(paper.model).shape(8) == (1, 8, 1)
+  assert setup.MeshConfig.from_section(paper.model).shape(16) == (2, 8, 1)
   tiny = common.get_config('phase_b')
-  assert setup.mesh_shape_from(tiny, 8) == (8, 1, 1)
-  assert setup.mesh_shape_from(tiny, 1) == (1, 1, 1)
+  assert setup.MeshConfig.from_section(tiny.model).shape(8) == (8, 1, 1)
+  assert setup.MeshConfig.from_section(tiny.model).shape(1) == (1, 1, 1)
 
 
 _FSDP_SCRIPT = textwrap.dedent("""
@@ -87,7 +87,8 @@ _FSDP_SCRIPT = textwrap.dedent("""
                                  lr_schedule='constant')
     tx = rl_optimizer.make_optimizer(ropt)
     lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
-    mesh = setup.make_mesh_from(common.get_config('phase_b', 'scale=paper'))
+    mesh = setup.make_mesh(setup.MeshConfig.from_section(
+        common.get_config('phase_b', 'scale=paper').model))
     assert tuple(mesh.shape.values()) == (1, 8, 1), mesh.shape
     one = jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), params)
     p1, s1 = one, tx.init(one)

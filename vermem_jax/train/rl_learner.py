@@ -16,9 +16,10 @@ micro-batches (`batching.micro_batches`, command-token weights divided by that
 mini-batch's N_b decisions); `loss_step.grpo_loss_and_grads` (command_token_stats +
 grpo.grpo_loss_from_token_stats, jitted: the head and loss run in chunks of
 `batching.loss_chunk_size` command positions, no [B, L, V] array) returns loss and
-gradient SUMS per micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
-deferred normalization holds per mini-batch (SPEC §6: per-command token mean, then mean
-over the mini-batch's decisions; M = 1: over all decisions of the update). With μ = M = 1
+gradient SUMS per micro-batch, which are accumulated and divided once by N_b
+(`rl_optimizer.apply_update`), so the deferred normalization holds per mini-batch
+(SPEC §6: per-command token mean, then mean over the mini-batch's decisions; M = 1:
+over all decisions of the update). With μ = M = 1
 this is the single step per update of one-iteration GRPO; with μ > 1 or M > 1 the ratio
 ρ = π_θ / π_θold moves away from 1 after the first step and the ε-clip acts.
 
@@ -251,7 +252,7 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     decisions: the update's N decisions (prompt ids [T_in], command ids [L], sampler
       logprobs [L], A^hier fixed by the rollout pass), ∅ and rejected commands included.
     learner: model, learner shapes, optimizer, loss, PPO passes, padding id.
-    mesh: the training mesh (`setup.make_mesh_from`; params, ref_params and opt_state
+    mesh: the training mesh (`setup.make_mesh`; params, ref_params and opt_state
       already placed on it): micro-batch rows are split over ('data', 'fsdp'), the
       model's activation constraints apply, gradient sums are sharded like the params.
       None = single-device behaviour (arrays as placed).
