@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import common
+from experiments.configs.parts import curriculum
 from experiments.configs.parts import derived
 from experiments.configs.parts import library
 from experiments.configs.parts import paper
@@ -47,7 +48,7 @@ SPEC_VALUES = [
     ('memory.cost_unjustified_delete', 0.5), ('memory.cost_protected_removal', 1.0),
     ('memory.cost_context_overflow', 0.5), ('memory.cost_budget_exceeded', 0.5),
     ('memory.cost_leakage', 1.0), ('episodes.context_budget', 2048),
-    ('sft.train_per_target', 4000), ('sft.dev_per_target', 500), ('sft.num_targets', 8),
+    ('sft.train_per_target', 4000), ('sft.dev_per_target', 500),
     ('sft.template_fraction', 0.5), ('sft.min_negative_fraction', 0.25),
     ('sft.learning_rate', 2e-5), ('sft.warmup_ratio', 0.03), ('sft.max_grad_norm', 1.0),
     ('sft.batch_size', 64), ('sft.num_epochs', 3),                              # §4
@@ -93,8 +94,18 @@ def test_paper_phase_specific_values():
   for phase, (updates, train, dev, ops, ref) in expected.items():
     c = _paper(phase)
     assert (c.rl.num_updates, c.episodes.num_train, c.episodes.num_dev,
-            c.episodes.op_space, c.rl.reference_phase) == (updates, train, dev, ops, ref)
-  assert _paper('sft').rl.reference_phase == ''
+            library.library_configs(c)['memory'].phase,
+            curriculum.PREVIOUS_PHASE[phase]) == (updates, train, dev, ops, ref)
+  assert library.library_configs(_paper('sft'))['memory'].phase == 'C'
+
+
+@pytest.mark.parametrize('phase', PHASES)
+def test_single_valued_fields_are_gone(phase):
+  # The op space and π_ref follow from config.phase (SPEC §4) and the SFT targets are
+  # the eight decision types: none of them is a field a flag could set.
+  c = _paper(phase)
+  assert 'op_space' not in c.episodes and 'reference_phase' not in c.rl
+  assert 'num_targets' not in c.sft
 
 
 def _leaves(c, prefix=''):
@@ -182,7 +193,6 @@ def test_bad_scale_argument():
     ('verifier.backend', 'gpt', "config.verifier: verifier.backend='gpt'"),
     ('verifier.fallback', 'x', 'config.verifier: verifier.fallback'),
     ('memory.context_budget', 0, 'config.memory:'),
-    ('episodes.op_space', 'A', 'config.episodes.op_space'),
     ('advantage.local_min_count', 0, 'config.advantage:'),
     ('reward.delta', 1.5, 'config.reward:'),
     ('rl.rollouts_per_task', 1, 'config.rl.rollouts_per_task: K=1'),
@@ -206,7 +216,6 @@ def test_bad_scale_argument():
     ('sampling.prompt_buckets', (), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_overhead_tokens', -1, 'config.sampling.prompt_overhead_tokens'),
     ('eval.target_budget', 9000, 'config.eval.target_budget'),
-    ('rl.reference_phase', 'sft', 'config.rl.reference_phase'),
     ('model.preset', 'qwen9', 'config.model.preset'),
     ('rl.old_logprobs', 'both', 'config.rl.old_logprobs'),
     ('sft.teacher_backend', 'gpt', 'config.sft.teacher_backend'),
@@ -248,7 +257,7 @@ def test_validate_names_bad_field(field, value, match):
 def test_eval_config_validates_and_is_greedy(data_dir):
   c = common.get_config('eval_hotpotqa')
   validation.validate_config(c)
-  assert c.episodes.op_space == 'C' and c.rl.reference_phase == ''
+  assert library.library_configs(c)['memory'].phase == 'C'
   assert c.eval.num_questions == 32 and c.eval.seeds == (42,)  # tiny: a short table
   paper = common.get_config('eval_hotpotqa', 'scale=paper')
   assert paper.eval.num_questions == 0 and paper.eval.seeds == (42, 43, 44)
@@ -455,6 +464,7 @@ def _parse_flags(config_file, *overrides):
 def test_sft_teacher_fields_reach_the_sft_data_config():
   """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
   from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
@@ -467,12 +477,13 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
                    '--config.sft.teacher_model=qwen-teacher',
                    '--config.sft.teacher_timeout_s=5', '--config.sft.teacher_max_tokens=99')
   validation.validate_config(c)
-  data_cfg = sft._sft_data_config(c)  # pylint: disable=protected-access
+  run = run_setup.RunSetup.from_config(c)
+  data_cfg = run.sft.data
   assert data_cfg.teacher_backend == 'openai_compatible'
   assert data_cfg.teacher_base_url == 'http://127.0.0.1:9/v1'
   assert data_cfg.teacher_model == 'qwen-teacher'
   assert data_cfg.teacher_timeout_s == 5.0 and data_cfg.teacher_max_tokens == 99
-  assert sft.trajectory_fingerprint(c)['teacher_backend'] == 'openai_compatible'
+  assert sft.trajectory_fingerprint(run)['teacher_backend'] == 'openai_compatible'
   c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible')
   with pytest.raises(ValueError, match='config.sft.teacher_base_url'):
     validation.validate_config(c)
@@ -481,6 +492,7 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
 def test_old_logprobs_field():
   from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_resume  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   for phase in ('phase_a', 'phase_b', 'phase_c'):
     assert _paper(phase).rl.old_logprobs == 'learner'
   assert common.get_config('phase_b').rl.old_logprobs == 'learner'
@@ -488,7 +500,8 @@ def test_old_logprobs_field():
   assert validation.OLD_LOGPROBS_SOURCES == rl_learner.OLD_LOGPROBS_SOURCES
   c = _parse_flags('phase_b.py', '--config.rl.old_logprobs=sampler')
   validation.validate_config(c)
-  assert rl_resume.trajectory_fingerprint(c)['old_logprobs'] == 'sampler'
+  run = run_setup.RunSetup.from_config(c)
+  assert rl_resume.trajectory_fingerprint(run)['old_logprobs'] == 'sampler'
 
 
 def test_model_config_is_the_trainers():

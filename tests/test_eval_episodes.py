@@ -10,6 +10,7 @@ from vermem_jax.envs import environment as env
 from vermem_jax.envs import episode_types
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import hotpotqa_sources
+from vermem_jax.envs.scenarios import initial_state
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.eval import episodes
 from vermem_jax.eval import metrics
@@ -267,7 +268,7 @@ def test_tn_equals_a_hand_count_with_prompts_counted_at_every_call(examples, tok
   rec = metrics.episode_record(res, policy='p', seed=0)
   assert rec['tn'] == hand == res.online_tokens
   # The instruction and question are re-sent at every call and counted each time.
-  instruction = len(tok.encode(episodes.INSTRUCTION_TEXT))
+  instruction = len(tok.encode(initial_state.INSTRUCTION_TEXT))
   assert all(n > instruction for n in per_call_policy)
   assert sum(per_call_policy) > instruction * len(per_call_policy)
 

@@ -39,7 +39,8 @@ def test_transformers_logits_equal_ours(exported, random_sft_workdir):
   # Our forward pass at float32 on the restored checkpoint (the reference).
   mc = setup_lib.model_config_from(config).replace(dtype='float32')
   shapes, _ = setup_lib.abstract_train_state(mc, lambda p: (),
-                                            setup_lib.make_mesh_from(config))
+                                            setup_lib.make_mesh(
+                                                setup_lib.MeshConfig.from_section(config.model)))
   params, _ = checkpoints.restore_params_only(
       checkpoints.phase_dir(random_sft_workdir, 'sft'), shapes, prefer_best=True)
   ids = np.random.default_rng(0).integers(0, mc.vocab_size, (2, 24))

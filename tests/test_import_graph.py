@@ -8,6 +8,8 @@ Checks, over every module of vermem_jax/:
     for an optional or slow dependency are not the target and are not checked);
   * no module imports a private (`_name`) function, class or constant of another
     project module, by `from ... import _name` or through `module._name`;
+  * no module re-exports a name it only imports (`name = other_module.name` at module
+    level): callers import a name from the module that defines it;
   * the packages import each other only downwards in `LAYERS`;
 and that every `vermem_jax/...py` path and `vermem_jax.<module>` name in
 docs/architecture.md exists.
@@ -172,21 +174,58 @@ def test_no_function_level_project_imports():
   assert found == []
 
 
+def _module_aliases(name: str, tree: ast.Module,
+                    found: list[str] | None = None) -> dict[str, str]:
+  """{local name: project module} of the modules `name` imports; a private name
+  imported with `from ... import _name` is added to `found`."""
+  aliases = {}
+  for node, _ in _walk(tree):
+    if isinstance(node, ast.ImportFrom):
+      for a, target in zip(node.names, _targets(node, name)):
+        if target == f'{node.module}.{a.name}':
+          aliases[a.asname or a.name] = target
+        elif (found is not None and a.name.startswith('_')
+              and not a.name.startswith('__')):
+          found.append(f'{name}:{node.lineno}: {ast.unparse(node)}')
+    elif isinstance(node, ast.Import):
+      for a in node.names:
+        if a.name in MODULES:
+          aliases[a.asname or a.name] = a.name
+  return aliases
+
+
+def _reexports(name: str, tree: ast.Module) -> list[str]:
+  """Module-level `x = module.attr` lines of `name` whose `module` is a project module
+  it imports (a name handed on, not defined)."""
+  aliases = _module_aliases(name, tree)
+  out = []
+  for node in tree.body:
+    if (isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None
+        and isinstance(node.value, ast.Attribute)
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id in aliases):
+      out.append(f'{name}:{node.lineno}: {ast.unparse(node)}')
+  return out
+
+
+def test_reexport_finder_finds_one():
+  tree = ast.parse('from vermem_jax.train import optim\n'
+                   'Config = optim.OptimizerConfig\n'
+                   'LIMIT = 3\n'
+                   'def f():\n  g = optim.lr_schedule\n')
+  assert _reexports('vermem_jax.train.x', tree) == [
+      'vermem_jax.train.x:2: Config = optim.OptimizerConfig']
+
+
+def test_no_reexported_names():
+  found = [line for name, tree in MODULES.items() for line in _reexports(name, tree)]
+  assert found == []
+
+
 def test_no_private_names_across_modules():
   found = []
   for name, tree in MODULES.items():
-    aliases = {}
-    for node, _ in _walk(tree):
-      if isinstance(node, ast.ImportFrom):
-        for a, target in zip(node.names, _targets(node, name)):
-          if target == f'{node.module}.{a.name}':
-            aliases[a.asname or a.name] = target
-          elif a.name.startswith('_') and not a.name.startswith('__'):
-            found.append(f'{name}:{node.lineno}: {ast.unparse(node)}')
-      elif isinstance(node, ast.Import):
-        for a in node.names:
-          if a.asname and a.name in MODULES:
-            aliases[a.asname] = a.name
+    aliases = _module_aliases(name, tree, found)
     for node in ast.walk(tree):
       if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
           and aliases.get(node.value.id, name) != name

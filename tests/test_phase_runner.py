@@ -12,8 +12,8 @@ def test_itstime_every_and_last():
 
 
 def test_eval_due_adds_epoch_ends():
-  cfg = phase_runner.RunnerConfig(name='sft', total=12, eval_every=5, save_every=100,
-                                  log_every=1, max_consecutive_skips=3, max_to_keep=2,
-                                  epoch_steps=3)
+  loop = phase_runner.LoopSettings(save_every=100, log_every=1, max_to_keep=2)
+  cfg = phase_runner.RunnerConfig(name='sft', total=12, eval_every=5,
+                                  max_consecutive_skips=3, loop=loop, epoch_steps=3)
   # Every 5 steps, every 3 (epoch ends) and the last.
   assert [n for n in range(1, 13) if cfg.eval_due(n)] == [3, 5, 6, 9, 10, 12]

@@ -50,11 +50,11 @@ def test_plan_cli_rejects_a_bad_field():
 
 def test_paper_mesh_is_fsdp_over_8_devices_and_tiny_stays_data_parallel():
   paper = common.get_config('phase_b', 'scale=paper')
-  assert setup.mesh_shape_from(paper, 8) == (1, 8, 1)
-  assert setup.mesh_shape_from(paper, 16) == (2, 8, 1)
+  assert setup.MeshConfig.from_section(paper.model).shape(8) == (1, 8, 1)
+  assert setup.MeshConfig.from_section(paper.model).shape(16) == (2, 8, 1)
   tiny = common.get_config('phase_b')
-  assert setup.mesh_shape_from(tiny, 8) == (8, 1, 1)
-  assert setup.mesh_shape_from(tiny, 1) == (1, 1, 1)
+  assert setup.MeshConfig.from_section(tiny.model).shape(8) == (8, 1, 1)
+  assert setup.MeshConfig.from_section(tiny.model).shape(1) == (1, 1, 1)
 
 
 _FSDP_SCRIPT = textwrap.dedent("""
@@ -63,7 +63,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     from experiments.configs import common
     from vermem_jax.models import qwen, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import optim, rl_learner, setup
+    from vermem_jax.train import optim, rl_learner, rl_optimizer, setup
 
     cfg = qwen.QwenConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
                           num_hidden_layers=2, num_attention_heads=4,
@@ -85,9 +85,10 @@ _FSDP_SCRIPT = textwrap.dedent("""
                                    command_buckets=(16,))
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
-    tx = rl_learner.make_optimizer(ropt)
+    tx = rl_optimizer.make_optimizer(ropt)
     lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
-    mesh = setup.make_mesh_from(common.get_config('phase_b', 'scale=paper'))
+    mesh = setup.make_mesh(setup.MeshConfig.from_section(
+        common.get_config('phase_b', 'scale=paper').model))
     assert tuple(mesh.shape.values()) == (1, 8, 1), mesh.shape
     one = jax.tree.map(lambda x: jax.device_put(x, jax.devices()[0]), params)
     p1, s1 = one, tx.init(one)

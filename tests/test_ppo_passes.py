@@ -19,6 +19,7 @@ from vermem_jax.rl import loss_step
 from vermem_jax.train import nonfinite
 from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
+from vermem_jax.train import rl_optimizer
 
 # A small vocabulary keeps the NumPy reference over [B, L, V] logits cheap.
 MC = qwen_config.QwenConfig(vocab_size=512)
@@ -42,9 +43,9 @@ def setup():
   return params, decisions
 
 
-def _run(params, decisions, *, opt, ppo=rl_learner.PPOConfig(), loss=LOSS, ref=None,
+def _run(params, decisions, *, opt, ppo=rl_optimizer.PPOConfig(), loss=LOSS, ref=None,
          state=None, **kw):
-  state = rl_learner.make_optimizer(opt).init(params) if state is None else state
+  state = rl_optimizer.make_optimizer(opt).init(params) if state is None else state
   return rl_learner.learner_update(
       params, params if ref is None else ref, state, decisions,
       rl_learner.LearnerConfig(MC, BCFG, opt, loss=loss, ppo=ppo), **kw)
@@ -87,7 +88,7 @@ def test_one_iteration_is_unchanged(setup):
   opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                               lr_schedule='constant')
   ref = jax.tree.map(lambda x: x * 1.01, params)
-  state0 = rl_learner.make_optimizer(opt).init(params)
+  state0 = rl_optimizer.make_optimizer(opt).init(params)
   new, state, m = _run(params, decisions, opt=opt, ref=ref, state=state0)
   want, want_state, want_loss = _one_step_reference(params, ref, state0, decisions, opt,
                                                     old_from_learner=True)
@@ -117,14 +118,14 @@ def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
                               lr_schedule='constant')
   n = len(decisions)
   applied = []  # (params, summed gradient) of every optimizer step
-  real_apply = rl_learner.apply_update
+  real_apply = rl_optimizer.apply_update
 
   def capture(p, state, grad_sum, num, **kw):
     applied.append((p, grad_sum, float(num)))
     return real_apply(p, state, grad_sum, num, **kw)
 
-  monkeypatch.setattr(rl_learner, 'apply_update', capture)
-  _, _, m = _run(params, decisions, opt=opt, ppo=rl_learner.PPOConfig(2, 1))
+  monkeypatch.setattr(rl_optimizer, 'apply_update', capture)
+  _, _, m = _run(params, decisions, opt=opt, ppo=rl_optimizer.PPOConfig(2, 1))
   (p0, _, n0), (p1, grad_sum2, n1) = applied
   assert n0 == n1 == n
   _assert_trees_close(p0, params, rtol=0)
@@ -156,7 +157,7 @@ def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
   params, decisions = setup
   opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,
                               lr_schedule='constant')
-  ppo = rl_learner.PPOConfig(1, 2)
+  ppo = rl_optimizer.PPOConfig(1, 2)
   got, _, m = _run(params, decisions, opt=opt, ppo=ppo, shuffle_seed=(7, 3))
   first, second = batching.mini_batch_partition(len(decisions), 2,
                                                 np.random.default_rng([7, 3, 0]))
@@ -199,10 +200,10 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
     return out, grads
 
   monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', nan_on_first_micro_batch)
-  state0 = rl_learner.make_optimizer(opt).init(params)
+  state0 = rl_optimizer.make_optimizer(opt).init(params)
   counter = nonfinite.SkipCounter(2)
   new, state, m = _run(params, decisions, opt=opt, state=state0,
-                       ppo=rl_learner.PPOConfig(2, 1), skip_counter=counter,
+                       ppo=rl_optimizer.PPOConfig(2, 1), skip_counter=counter,
                        label='phase_b update 4')
   assert m['train/skipped_steps'] == 1 and counter.total == 1
   assert counter.consecutive == 0  # pass 2 was finite
@@ -218,5 +219,5 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
   monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', lambda *a, **k: (
       real(*a, **k)[0], jax.tree.map(lambda g: g * jnp.nan, real(*a, **k)[1])))
   with pytest.raises(nonfinite.NonFiniteError, match='phase_b update 5, pass 2/2'):
-    _run(params, decisions, opt=opt, ppo=rl_learner.PPOConfig(2, 1),
+    _run(params, decisions, opt=opt, ppo=rl_optimizer.PPOConfig(2, 1),
          skip_counter=nonfinite.SkipCounter(2), label='phase_b update 5')

@@ -201,7 +201,7 @@ def test_bad_arguments_raise(pools):
     ScenarioConfig(fill_min=0.9, fill_max=0.5)
   with pytest.raises(ValueError, match='num_train'):
     ScenarioConfig(num_train=-1)
-  cfg = ScenarioConfig.from_config({'num_train': 5, 'op_space': 'A',
+  cfg = ScenarioConfig.from_config({'num_train': 5, 'not_a_field': 'A',
                                     'rollout_limit': 6})
   assert cfg.num_train == 5 and cfg.rollout_limit == 6
 

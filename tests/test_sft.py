@@ -15,6 +15,7 @@ from experiments.configs import common
 from experiments.configs.parts import validation
 from vermem_jax.train import checkpoints
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import run_setup
 from vermem_jax.train import sft
 from vermem_jax.train import sft_eval
 
@@ -125,14 +126,15 @@ def test_run_sft_end_to_end_and_exact_resume(tmp_path):
 
 def test_resume_refuses_other_settings(tmp_path):
   config = tiny_config()
+  fingerprint = sft.trajectory_fingerprint(run_setup.RunSetup.from_config(config))
   d = checkpoints.phase_dir(str(tmp_path), 'sft')
   with checkpoints.PhaseCheckpointManager(d) as mgr:
     mgr.save(checkpoints.TrainState(
         step=1, params={'w': np.zeros(2, np.float32)},
-        metadata={'fingerprint': dict(sft.trajectory_fingerprint(config), seed=7)}))
+        metadata={'fingerprint': dict(fingerprint, seed=7)}))
   with pytest.raises(ValueError, match='seed: 7 -> 42'):
     sft.run_sft(config, str(tmp_path))
-  json.dumps(sft.trajectory_fingerprint(config))  # stored as JSON metadata
+  json.dumps(fingerprint)  # stored as JSON metadata
 
 
 def test_nan_gradient_skips_one_step_and_the_run_continues(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.sft_data.build import build_sft_set
 from vermem_jax.envs.sft_data.config import SFTDataConfig
 from vermem_jax.envs.sft_data.filters import dedupe_key
-from vermem_jax.envs.sft_data.records import TARGETS
+from vermem_jax.memory.commands import ALL_OPS
 from vermem_jax.envs.sft_data.templates import TEMPLATES
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import config as mconfig
@@ -32,10 +32,10 @@ def test_counts_exactly_balanced_with_boundary_share(built, pools):
   construction, dev_pool = pools
   for records, split, n in ((train, 'train', 12), (dev, 'dev', 4)):
     per = collections.Counter(r.op for r in records)
-    assert per == {op: n for op in TARGETS}
+    assert per == {op: n for op in ALL_OPS}
     assert set(per) == {'Add', 'Update', 'Delete', 'Retrieve', 'Filter',
                         'SelectEpisode', 'Summarize', 'Null'}
-    for op in TARGETS:
+    for op in ALL_OPS:
       boundary = sum(r.is_boundary for r in records if r.op == op)
       assert boundary == math.ceil(n * CFG.boundary_fraction)
       assert boundary >= 0.25 * n

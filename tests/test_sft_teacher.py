@@ -5,7 +5,7 @@ import chat_server
 
 from vermem_jax.envs.sft_data.build import build_sft_set
 from vermem_jax.envs.sft_data.config import SFTDataConfig
-from vermem_jax.envs.sft_data.records import TARGETS
+from vermem_jax.memory.commands import ALL_OPS
 from vermem_jax.envs.sft_data.teacher import OpenAICompatibleTeacher
 from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import executor as mexec
@@ -44,7 +44,7 @@ def test_teacher_candidates_pass_the_same_filters(pools, monkeypatch, capsys):
   teacher = [r for r in train if r.source == 'teacher']
   assert [r.op for r in teacher] == ['Null'] and teacher[0].target == '∅'
   assert report.teacher_accepted == 1 and report.teacher_rejected >= 1
-  assert collections.Counter(r.op for r in train) == {op: 2 for op in TARGETS}
+  assert collections.Counter(r.op for r in train) == {op: 2 for op in ALL_OPS}
   assert all(mexec.execute(r.state, r.target, mconfig.ExecutorConfig(phase=r.phase),
                            count).accepted for r in train)
 

@@ -1,5 +1,5 @@
 """Tests for vermem_jax.envs.sft_data.templates (boundary and standard templates)."""
-from vermem_jax.envs.sft_data.records import TARGETS
+from vermem_jax.memory.commands import ALL_OPS
 from vermem_jax.envs.sft_data.templates import TEMPLATES, templates_for
 
 
@@ -10,5 +10,5 @@ def test_confusable_pairs_have_boundary_templates():
                ('Filter', 'Summarize')):
     assert a in ops and b in ops
   assert 'Null' in ops  # an operation vs ∅
-  for op in TARGETS:  # every class has a standard and a boundary template
+  for op in ALL_OPS:  # every class has a standard and a boundary template
     assert templates_for(op, True) and templates_for(op, False)

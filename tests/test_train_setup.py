@@ -18,7 +18,7 @@ _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from vermem_jax.models import qwen, sampling, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import checkpoints, optim, rl_learner, setup, sft_step
+    from vermem_jax.train import checkpoints, optim, rl_learner, rl_optimizer, setup, sft_step
 
     assert jax.device_count() == 8, jax.devices()
     cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -70,7 +70,7 @@ _SCRIPT = textwrap.dedent("""
     # (b) one GRPO learner update (KL to a different π_ref, learner θ_old)
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
-    tx = rl_learner.make_optimizer(ropt)
+    tx = rl_optimizer.make_optimizer(ropt)
     lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
     q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, lc)
     refs = sharding.shard_params(ref, mesh)
@@ -167,16 +167,20 @@ def _config(**model):
   return c
 
 
+def _mesh_shape(c, n):
+  return setup.MeshConfig.from_section(c.model).shape(n)
+
+
 def test_mesh_shape_from_config():
-  assert setup.mesh_shape_from(_config(), 8) == (8, 1, 1)
-  assert setup.mesh_shape_from(_config(mesh_fsdp=2, mesh_tensor=2), 8) == (2, 2, 2)
-  assert setup.mesh_shape_from(_config(mesh_data=1, mesh_fsdp=8), 8) == (1, 8, 1)
+  assert _mesh_shape(_config(), 8) == (8, 1, 1)
+  assert _mesh_shape(_config(mesh_fsdp=2, mesh_tensor=2), 8) == (2, 2, 2)
+  assert _mesh_shape(_config(mesh_data=1, mesh_fsdp=8), 8) == (1, 8, 1)
   with pytest.raises(ValueError, match='mesh_fsdp'):
-    setup.mesh_shape_from(_config(mesh_fsdp=3), 8)
+    _mesh_shape(_config(mesh_fsdp=3), 8)
   with pytest.raises(ValueError, match='must equal the 8 devices'):
-    setup.mesh_shape_from(_config(mesh_data=2, mesh_fsdp=2), 8)
+    _mesh_shape(_config(mesh_data=2, mesh_fsdp=2), 8)
   with pytest.raises(ValueError, match='>= 1'):
-    setup.mesh_shape_from(_config(mesh_tensor=0), 8)
+    _mesh_shape(_config(mesh_tensor=0), 8)
 
 
 def test_model_config_and_tokenizer_checks(qwen25_tokenizer_dir):
@@ -269,10 +273,11 @@ def test_rl_setup_preflights_the_http_verifier(monkeypatch):
   (scoring alone would turn every score into the fallback)."""
   from experiments.configs import common  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_setup  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('VERMEM_VERIFIER_API_KEY', 'test-key')
   c = common.get_config('phase_b')
   c.verifier.backend = 'openai_compatible'
   c.verifier.base_url = 'http://127.0.0.1:9/v1'  # discard port: connection refused
   c.verifier.timeout_s = 2.0
   with pytest.raises(ValueError, match=r'verifier endpoint check failed.*127\.0\.0\.1:9'):
-    rl_setup.build_setup(c)
+    rl_setup.build_setup(run_setup.RunSetup.from_config(c))

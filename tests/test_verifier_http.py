@@ -4,8 +4,9 @@ import logging
 import chat_server
 import pytest
 
+from vermem_jax import http_chat
 from vermem_jax.verifiers import backends
-from vermem_jax.verifiers import base, llm
+from vermem_jax.verifiers import base
 from vermem_jax.verifiers import heuristic
 
 SECRET = "sk-test-5ecret-never-log-me"
@@ -229,7 +230,7 @@ def test_rejected_never_sent(server):
 
 
 def test_backend_error_is_exception_with_flag():
-  e = llm.BackendError("HTTP 503", retryable=True)
+  e = http_chat.ChatError("HTTP 503", retryable=True)
   assert isinstance(e, Exception) and e.retryable
 
 

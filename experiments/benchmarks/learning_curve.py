@@ -242,7 +242,9 @@ def posthoc_figures(seed_dir: str, seed: int, overrides: Overrides,
   """{policy phase: internal_dev figures} of POSTHOC_POLICIES on Phase C's first
   `dev_episodes` dev episodes (the function that makes `internal_dev/start/*`)."""
   from vermem_jax.train import rl_setup  # pylint: disable=g-import-not-at-top
-  setup = rl_setup.build_setup(phase_config('phase_c', seed, overrides))
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
+  setup = rl_setup.build_setup(
+      run_setup.RunSetup.from_config(phase_config('phase_c', seed, overrides)))
   out = {}
   for phase in POSTHOC_POLICIES:
     params, _ = checkpoints.restore_params_only(phase_plan.phase_dir(seed_dir, phase),

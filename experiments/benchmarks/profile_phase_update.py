@@ -54,7 +54,9 @@ from vermem_jax.rl import rollout  # noqa: E402
 from vermem_jax.rl import task_selection  # noqa: E402
 from vermem_jax.train import checkpoints  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
+from vermem_jax.train import rl_optimizer  # noqa: E402
 from vermem_jax.train import rl_setup  # noqa: E402
+from vermem_jax.train import run_setup  # noqa: E402
 
 STAGES = (
     ('sampling', ('sampling',)),
@@ -100,9 +102,9 @@ def main():
     config[section][field] = value
   validation.validate_config(config)
   t0 = time.perf_counter()
-  setup = rl_setup.build_setup(config)
+  setup = rl_setup.build_setup(run_setup.RunSetup.from_config(config))
   t_setup = time.perf_counter() - t0
-  mc = setup.model_config
+  mc, rl = setup.run.model.config, setup.run.rl
   if args.workdir:
     shapes = jax.eval_shape(lambda k: qwen.init_params(mc, k), jax.random.PRNGKey(0))
     params, _ = checkpoints.restore_params_only(os.path.join(args.workdir, 'phase_a'),
@@ -113,14 +115,14 @@ def main():
     source = 'random init'
   ref_params = params
   t0 = time.perf_counter()
-  running, _ = rl_setup.init_running_stats(config, setup)
+  running, _ = rl_setup.init_running_stats(setup)
   t_stats = time.perf_counter() - t0
-  opt_state = rl_learner.make_optimizer(setup.opt).init(params)
+  opt_state = rl_optimizer.make_optimizer(rl.opt).init(params)
   policy = policy_lib.SamplerPolicy(mc, params, setup.tokenizer,
-                                    sampling_config=setup.sampling_config,
-                                    batch_buckets=(setup.rollout_config.num_rollouts,))
-  print(f'Phase B, tiny scale: {setup.rollout_config.tasks_per_update} tasks x '
-        f'{setup.rollout_config.rollouts_per_task} rollouts, policy input <= '
+                                    sampling_config=setup.run.sampling,
+                                    batch_buckets=(rl.rollout.num_rollouts,))
+  print(f'Phase B, tiny scale: {rl.rollout.tasks_per_update} tasks x '
+        f'{rl.rollout.rollouts_per_task} rollouts, policy input <= '
         f'{config.memory.policy_input_limit} tokens, commands <= '
         f'{config.sampling.max_command_tokens} tokens, policy from {source}; '
         f'{jax.device_count()} {jax.default_backend()} device(s), '
@@ -129,18 +131,18 @@ def main():
         f'{t_stats:.2f} s\n')
   unshared = policy_lib.SamplerPolicy(
       mc, params, setup.tokenizer,
-      sampling_config=dataclasses.replace(setup.sampling_config, share_prefill=False),
-      batch_buckets=(setup.rollout_config.num_rollouts,))
+      sampling_config=dataclasses.replace(setup.run.sampling, share_prefill=False),
+      batch_buckets=(rl.rollout.num_rollouts,))
   seed = int(config.seed)
-  report = {'config': {'tasks_per_update': setup.rollout_config.tasks_per_update,
-                       'rollouts_per_task': setup.rollout_config.rollouts_per_task,
-                       'share_prefill': setup.sampling_config.share_prefill,
+  report = {'config': {'tasks_per_update': rl.rollout.tasks_per_update,
+                       'rollouts_per_task': rl.rollout.rollouts_per_task,
+                       'share_prefill': setup.run.sampling.share_prefill,
                        'policy': source}, 'updates': []}
 
   def collect(pol, n, stats):
     pol.params = params
     ids = task_selection.select_tasks(len(setup.train_specs), n,
-                                      setup.rollout_config.tasks_per_update, seed=seed)
+                                      rl.rollout.tasks_per_update, seed=seed)
     before = sampling.prefill_counts()
     compiles_before = sampling.compile_count()
     t0 = time.perf_counter()

@@ -109,4 +109,5 @@ def check_config(config, plan) -> None:
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_setup  # pylint: disable=g-import-not-at-top
   if any(p != 'sft' for p in plan):
-    rl_setup.check_tasks_split(config, distributed.process_count())
+    rl_setup.check_tasks_split(int(config.rl.tasks_per_update),
+                               distributed.process_count())

@@ -141,7 +141,6 @@ def solver_input(spec: EpisodeSpec, state: mstate.MemoryState, *,
                                   final=final)
 
 
-_NOT_ASKED = episode_types.NOT_ASKED
 # The task state x_t shows during an interactive episode (our wording).
 ENV_TASK_STATE_START = "acting in the environment; no action played yet"
 ENV_TASK_STATE = "acting in the environment; {steps} actions played, the latest: {action}"
@@ -256,7 +255,7 @@ def run_episodes(episodes: Sequence[EpisodeSpec], policy: Policy,
                                  for i in asked])) if asked else []
     if len(answers) != len(asked):
       raise ValueError(f"solver returned {len(answers)} outputs for {len(asked)} inputs")
-    solver_outs = [_NOT_ASKED] * len(active)
+    solver_outs = [episode_types.NOT_ASKED] * len(active)
     for i, b in zip(asked, answers):
       solver_outs[i] = b
       active[i].task_steps += 1
@@ -296,7 +295,7 @@ def _advance(ep: _Live, x: str, out: PolicyOutput, tr: mexec.Transition,
         "budget_exceeded", ep.config,
         f"online tokens {ep.online_tokens} exceed the episode budget {ep.token_budget}"))
   elif ep.spec.env is not None:
-    if b is not _NOT_ASKED:
+    if b is not episode_types.NOT_ASKED:
       action, env_step, observation = _play(ep, b)
     if env_step is not None and env_step.done:
       ep.terminated_by = "env_end"

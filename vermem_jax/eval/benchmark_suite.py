@@ -88,7 +88,8 @@ class BenchmarkSuite:
     self.max_decisions = (int(config.eval.max_decisions)
                           or int(self.bench_config.max_steps))
     self.solver = task_solver_setup.make_action_solver(
-        config, tok, self.bench.action_prompt, mesh=mesh)
+        task_solver_setup.SolverSetup.from_config(config), tok, self.bench.action_prompt,
+        mesh=mesh)
     self.gold_plan = config.solver.backend == 'gold_plan'
     self.solver_label = task_solver_setup.solver_label(config)
     self.title = (f'{TITLES.get(self.name, self.name)} ({self._split_text()})'

@@ -58,8 +58,6 @@ from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import interaction
 from vermem_jax.memory import state as mstate
 
-# The training instruction (scenarios): the policy sees the same framing at test time.
-INSTRUCTION_TEXT = scenario_states.INSTRUCTION_TEXT
 # Task-state texts shown in x_t (our wording, the same family as the training ones).
 TASK_STATE_START = 'reading passages; the question is open'
 TASK_STATE_PROGRESS = 'passage {k} of {n} revealed'
@@ -154,7 +152,8 @@ def build_episode(example: hotpotqa.Example, *, count_tokens: Callable[[str], in
   obs = passage_observations(example, count_tokens=count_tokens,
                              chunk_tokens=executor_config.chunk_tokens)
   state = mstate.new_state(example.id, example.question, count_tokens,
-                           instruction=INSTRUCTION_TEXT, task_state=TASK_STATE_START)
+                           instruction=scenario_states.INSTRUCTION_TEXT,
+                           task_state=TASK_STATE_START)
   first = obs[0]
   state, _ = interaction.observe(state, first.text, count_tokens, executor_config,
                                  observation_refs=first.source_refs, step=0,

@@ -90,8 +90,8 @@ class HotpotQASuite:
     self.examples = hotpotqa_sources.load_from_config(
         hotpotqa.DataConfig.from_config(config.data.to_dict()), hotpotqa.VALIDATION)
     self.by_id = {ex.id: ex for ex in self.examples}
-    self.solver = task_solver_setup.make_task_solver(config, tok, self.examples,
-                                                     mesh=mesh)
+    self.solver = task_solver_setup.make_task_solver(
+        task_solver_setup.SolverSetup.from_config(config), tok, self.examples, mesh=mesh)
     self.solver_label = task_solver_setup.solver_label(config)
     self.judge = judges.make_judge(self.judge_cfg, tokenizer=tok)
     self.judge_label = (f'{self.judge_cfg.backend}: '
@@ -164,7 +164,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                         'config.solver.temperature/top_p')
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)
-  mesh = setup_lib.make_mesh_from(config)
+  mesh = setup_lib.make_mesh(setup_lib.MeshConfig.from_section(config.model))
   exec_cfg = config_util.dataclass_from_mapping(ExecutorConfig, config.memory.to_dict(),
                                                 overrides={'phase': 'C'})
   suite = make_suite(config, tok=tok, mesh=mesh, exec_cfg=exec_cfg)

@@ -31,6 +31,7 @@ import ml_collections
 from vermem_jax import config_util
 from vermem_jax.envs import episode_types
 from vermem_jax.eval import episodes
+from vermem_jax.memory import commands
 from vermem_jax.models import hf_io
 from vermem_jax.rl import policy as policy_lib
 from vermem_jax.rl import task_selection
@@ -39,10 +40,6 @@ from vermem_jax.train import checkpoints
 from vermem_jax.train import setup as setup_lib
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
-# The op space an earlier phase's policy is evaluated in: the one it was trained on
-# (SPEC §4). θ_C, SFT (trained on all eight targets), Base and outside checkpoints
-# use all seven tools ('C', the paper's protocol).
-PHASE_OP_SPACE = {'phase_a': 'A', 'phase_b': 'B'}
 OP_SPACE_NAMES = {'A': "Phase A's tools (Add, Update, Delete, ∅)",
                   'B': "Phase B's tools (Retrieve, Filter, SelectEpisode, Summarize, ∅)",
                   'C': 'all seven tools and ∅ (the paper\'s protocol)'}
@@ -58,8 +55,13 @@ class PolicySource:
 
 
 def op_space(source: PolicySource) -> str:
-  """'A', 'B' or 'C': the op space `source` is evaluated in (PHASE_OP_SPACE)."""
-  return PHASE_OP_SPACE.get(source.where, 'C') if source.kind == 'phase' else 'C'
+  """'A', 'B' or 'C': the op space `source` is evaluated in. A phase's policy is
+  evaluated in the one it was trained on (SPEC §4, `memory.commands.PHASE_OP_SPACE`:
+  'C' for SFT and θ_C); Base and outside checkpoints use all seven tools ('C', the
+  paper's protocol)."""
+  if source.kind != 'phase':
+    return 'C'
+  return commands.PHASE_OP_SPACE.get(source.where, 'C')
 
 
 def tool_set_note(sources: list[PolicySource]) -> str:

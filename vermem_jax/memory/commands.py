@@ -62,6 +62,9 @@ STM_OPS = (RETRIEVE, FILTER, SELECT_EPISODE, SUMMARIZE)
 ALL_OPS = LTM_OPS + STM_OPS + (NULL,)
 # Operation subspaces of the curriculum phases (SPEC §4).
 PHASE_OPS = {'A': LTM_OPS + (NULL,), 'B': STM_OPS + (NULL,), 'C': ALL_OPS}
+# The subspace each phase of the curriculum trains in (SPEC §4): SFT covers all eight
+# targets, Phase A the long-term tools, Phase B the short-term ones, Phase C all.
+PHASE_OP_SPACE = {'sft': 'C', 'phase_a': 'A', 'phase_b': 'B', 'phase_c': 'C'}
 
 # Op recorded for text that does not parse into a known tool (documented addition to
 # the op names above; never a valid command).

@@ -103,7 +103,6 @@ _UNSAFE = re.compile(
     '\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb'
     '\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3'
     '\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f\ud800-\udfff]')
-_TAG_OPEN = checks.TAG_OPEN
 
 
 def _escape(m):
@@ -133,7 +132,7 @@ def escape_markup(text):
   if not text.isascii() or '\x7f' in text:
     text = _UNSAFE.sub(_escape, text)
   if '<' in text:
-    text = _TAG_OPEN.sub('\\\\u003c', text)
+    text = checks.TAG_OPEN.sub('\\\\u003c', text)
   return text
 
 

@@ -20,7 +20,7 @@ when `attention_bias`, q/k norms when `qk_norm`, `lm_head` when not
 `tie_word_embeddings`. transformers' Qwen2 always has q/k/v biases, so a model without
 them exports zero biases (and reloads with attention_bias=True); transformers' Qwen3
 with `attention_bias` also has an `o_proj.bias`, which this model lacks: export writes
-zeros, and `QwenConfig.from_hf` refuses such folders on load.
+zeros, and `qwen_config.QwenConfig.from_hf` refuses such folders on load.
 Source: transformers 5.x `modeling_qwen2.py` / `modeling_qwen3.py`.
 """
 
@@ -42,8 +42,6 @@ import safetensors.numpy
 from vermem_jax.models import qwen_config
 from vermem_jax.models import sharding as sharding_lib
 
-QwenConfig = qwen_config.QwenConfig
-
 SAFETENSORS_SINGLE = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
@@ -64,12 +62,12 @@ class _Entry:
   transpose: bool
 
 
-def _head_dim(config: QwenConfig) -> int:
+def _head_dim(config: qwen_config.QwenConfig) -> int:
   hd = getattr(config, "head_dim", None)
   return int(hd) if hd else config.hidden_size // config.num_attention_heads
 
 
-def _entries(config: QwenConfig) -> list[_Entry]:
+def _entries(config: qwen_config.QwenConfig) -> list[_Entry]:
   """All HF tensors a checkpoint of `config` holds, in transformers' order."""
   d, v, inter = config.hidden_size, config.vocab_size, config.intermediate_size
   hd = _head_dim(config)
@@ -108,7 +106,7 @@ def _param_shape(e: _Entry) -> tuple[int, ...]:
   return tuple(reversed(e.hf_shape)) if e.transpose else e.hf_shape
 
 
-def _o_proj_bias_names(config: QwenConfig) -> set[str]:
+def _o_proj_bias_names(config: qwen_config.QwenConfig) -> set[str]:
   # transformers' Qwen3 gives o_proj a bias when attention_bias; Qwen2 never does.
   if not (config.attention_bias and config.qk_norm):
     return set()
@@ -232,17 +230,17 @@ def _dtype_name(dtype: Any) -> str:
   return jnp.dtype(dtype).name
 
 
-def _param_shardings(config: QwenConfig, mesh: jax.sharding.Mesh):
+def _param_shardings(config: qwen_config.QwenConfig, mesh: jax.sharding.Mesh):
   """Parameter tree of NamedShardings from the model's logical axis annotations."""
   return sharding_lib.param_shardings(config, mesh)
 
 
 def load_hf_checkpoint(path: str | os.PathLike, *, dtype: Any = None,
                        mesh: jax.sharding.Mesh | None = None
-                       ) -> tuple[QwenConfig, dict[str, Any]]:
-  """Loads a Hugging Face Qwen2/Qwen3 folder into (QwenConfig, params).
+                       ) -> tuple[qwen_config.QwenConfig, dict[str, Any]]:
+  """Loads a Hugging Face Qwen2/Qwen3 folder into (qwen_config.QwenConfig, params).
 
-  Reads `config.json` (`QwenConfig.from_hf`) and either `model.safetensors` or the
+  Reads `config.json` (`qwen_config.QwenConfig.from_hf`) and either `model.safetensors` or the
   shards named by `model.safetensors.index.json`. Tensors may be float32, bfloat16 or
   float16. Tensors are read one at a time from the memory-mapped files, transposed
   where torch and Flax layouts differ, cast and placed, so host memory peaks near one
@@ -268,7 +266,7 @@ def load_hf_checkpoint(path: str | os.PathLike, *, dtype: Any = None,
   config_path = os.path.join(path, CONFIG_FILE)
   if not os.path.isfile(config_path):
     raise FileNotFoundError(f"no {CONFIG_FILE} in checkpoint folder {path!r}")
-  config = QwenConfig.from_hf(config_path)
+  config = qwen_config.QwenConfig.from_hf(config_path)
   if dtype is not None:
     config = dataclasses.replace(config, param_dtype=_dtype_name(dtype))
   target = jnp.dtype(config.param_dtype)
@@ -330,7 +328,7 @@ def load_hf_checkpoint(path: str | os.PathLike, *, dtype: Any = None,
 # ----------------------------------------------------------------------------- writing
 
 
-def hf_config_dict(config: QwenConfig, torch_dtype: str = "float32") -> dict[str, Any]:
+def hf_config_dict(config: qwen_config.QwenConfig, torch_dtype: str = "float32") -> dict[str, Any]:
   """transformers `config.json` contents for `config` (Qwen2 or, with qk_norm, Qwen3).
 
   Writes both the transformers 4 key (`rope_theta`, `torch_dtype`) and the
@@ -375,7 +373,7 @@ def _parse_size(size: int | str | None) -> int | None:
   return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
 
 
-def _check_params(config: QwenConfig, params: Mapping[str, Any]) -> None:
+def _check_params(config: qwen_config.QwenConfig, params: Mapping[str, Any]) -> None:
   """Raises one ValueError naming every missing, unexpected or mis-shaped param."""
   expected = {e.path: _param_shape(e) for e in _entries(config)}
   flat = {tuple(getattr(k, "key", str(k)) for k in kp): x
@@ -391,7 +389,7 @@ def _check_params(config: QwenConfig, params: Mapping[str, Any]) -> None:
     raise ValueError("params do not match the config: " + "; ".join(problems))
 
 
-def _torch_tensors(config: QwenConfig, params: Mapping[str, Any], dtype: np.dtype
+def _torch_tensors(config: qwen_config.QwenConfig, params: Mapping[str, Any], dtype: np.dtype
                    ) -> Iterator[tuple[str, Callable[[], np.ndarray], int]]:
   """(HF name, thunk giving the host array, nbytes) in transformers' order."""
   o_bias = _o_proj_bias_names(config)
@@ -416,7 +414,7 @@ def _torch_tensors(config: QwenConfig, params: Mapping[str, Any], dtype: np.dtyp
       yield bias_name, lambda d=d: np.zeros((d,), dtype), d * dtype.itemsize
 
 
-def save_hf_checkpoint(config: QwenConfig, params: Mapping[str, Any],
+def save_hf_checkpoint(config: qwen_config.QwenConfig, params: Mapping[str, Any],
                        path: str | os.PathLike, *,
                        max_shard_size: int | str | None = None,
                        dtype: Any = None) -> None:

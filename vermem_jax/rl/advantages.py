@@ -91,14 +91,6 @@ import numpy as np
 from vermem_jax.memory import commands
 from vermem_jax.rl import running_stats as running_stats_lib
 
-# The eight decision types with separate local statistics: seven tools and ∅ (App. F.4).
-ALL_OPS = commands.ALL_OPS
-# Op recorded for unparseable text; allowed only on rejected decisions.
-INVALID_OP = commands.INVALID_OP
-
-# Phase running statistics of r^local per type (rl/running_stats.py).
-RunningStats = running_stats_lib.RunningStats
-_check_op = running_stats_lib.check_op
 
 MODES = ('full', 'no_verify', 'plus_local', 'plus_global')
 # AdvantageConfig.rejection_floor values (module docstring; 'none' = the paper's Eq. 5).
@@ -248,12 +240,12 @@ class LocalOpStats:
 
 
 def local_advantages(ops: Sequence[str], r_local, scored, config: AdvantageConfig,
-                     running_stats: Optional[RunningStats]
+                     running_stats: Optional[running_stats_lib.RunningStats]
                      ) -> tuple[np.ndarray, dict[str, LocalOpStats]]:
   """A^local per decision, normalized per operation type (paper Eq. 9, App. F.4).
 
   Args:
-    ops: [N] op names (ALL_OPS).
+    ops: [N] op names (commands.ALL_OPS).
     r_local: [N] local-verifier scores in [0, 1] (ignored where not scored).
     scored: [N] bool, True for executable decisions with a verifier score.
     config: AdvantageConfig (std floor, ε, clip, local_min_count).
@@ -269,7 +261,7 @@ def local_advantages(ops: Sequence[str], r_local, scored, config: AdvantageConfi
   scored = np.asarray(scored, bool)
   out = np.zeros(x.shape, np.float64)
   info: dict[str, LocalOpStats] = {}
-  for op in ALL_OPS:
+  for op in commands.ALL_OPS:
     idx = np.flatnonzero(scored & (ops_arr == op))
     if idx.size == 0:
       continue
@@ -440,14 +432,14 @@ class Advantages:
 def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accepted,
                        costs, r_local, r_global=None, r_task=None,
                        config: AdvantageConfig = AdvantageConfig(),
-                       running_stats: Optional[RunningStats] = None,
+                       running_stats: Optional[running_stats_lib.RunningStats] = None,
                        update_running_stats: bool = True) -> Advantages:
   """A^hier for every decision of one update batch (paper Eq. 5, 9; App. F.4).
 
   Args:
     group_ids: [M] task id of each trajectory (its GRPO group G_q, Eq. 8).
     trajectory_index: [N] int, index in [0, M) of each decision's trajectory.
-    ops: [N] op name of each decision (ALL_OPS; 'Null' for ∅), or INVALID_OP
+    ops: [N] op name of each decision (commands.ALL_OPS; 'Null' for ∅), or commands.INVALID_OP
       ('Invalid') for text that did not parse into a tool, which must be rejected.
     accepted: [N] bool, False for commands rejected by the executor.
     costs: [N] constraint costs c_{t,k} in [0, 1].
@@ -484,17 +476,17 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
   ops = list(ops)
   acc = np.asarray(accepted, bool)
   for op in set(ops):
-    if op != INVALID_OP:
-      _check_op(op)
+    if op != commands.INVALID_OP:
+      running_stats_lib.check_op(op)
   c = np.asarray(costs, np.float64)
   rl = np.asarray(r_local, np.float64)
   for name, arr in (('ops', np.asarray(ops, object)), ('accepted', acc), ('costs', c),
                     ('r_local', rl)):
     if arr.shape != (n,):
       raise ValueError(f"{name} must have shape ({n},), got {arr.shape}")
-  invalid_accepted = [i for i, op in enumerate(ops) if op == INVALID_OP and acc[i]]
+  invalid_accepted = [i for i, op in enumerate(ops) if op == commands.INVALID_OP and acc[i]]
   if invalid_accepted:
-    raise ValueError(f"decisions {invalid_accepted[:5]} have op {INVALID_OP!r} but are "
+    raise ValueError(f"decisions {invalid_accepted[:5]} have op {commands.INVALID_OP!r} but are "
                      "marked accepted")
   if not np.all(np.isfinite(c)) or np.any(c < 0) or np.any(c > 1):
     raise ValueError(f"costs must be finite and in [0, 1], got {c}")
@@ -537,7 +529,7 @@ def compute_advantages(*, group_ids, trajectory_index, ops: Sequence[str], accep
 
   if uses_local and update_running_stats:
     ops_arr = np.asarray(ops, object)
-    for op in ALL_OPS:  # one EMA step per type from this update's moments
+    for op in commands.ALL_OPS:  # one EMA step per type from this update's moments
       sel = scored & (ops_arr == op)
       if sel.any():
         running_stats.update(op, rl[sel])

@@ -52,8 +52,6 @@ import numpy as np
 
 from vermem_jax.rl import token_stats
 
-KL_ESTIMATORS = token_stats.KL_ESTIMATORS
-
 # Keys of the gathered [B, L] loss batch.
 LOSS_BATCH_KEYS = ('target_ids', 'command_ids', 'advantages', 'old_logprobs')
 # Keys of the model-step batch: the [B, T] model inputs plus the [B, L] loss batch.
@@ -168,9 +166,6 @@ def finalize_metrics(metrics: Mapping) -> dict[str, float]:
   return out
 
 
-_compute_dtype = token_stats.compute_dtype
-
-
 def check_loss_args(shape, batch, temperature, kl_estimator=None):
   """Validates the [B, L] loss batch against `shape` = (B, L) and the options."""
   missing = [k for k in LOSS_BATCH_KEYS if k not in batch]
@@ -182,8 +177,8 @@ def check_loss_args(shape, batch, temperature, kl_estimator=None):
                        f"{tuple(batch[k].shape)}")
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature}")
-  if kl_estimator is not None and kl_estimator not in KL_ESTIMATORS:
-    raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got "
+  if kl_estimator is not None and kl_estimator not in token_stats.KL_ESTIMATORS:
+    raise ValueError(f"kl_estimator must be one of {token_stats.KL_ESTIMATORS}, got "
                      f"{kl_estimator!r}")
 
 
@@ -222,7 +217,7 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
     Divide loss_sum and its gradient by the update's total num_decisions.
   """
   logp = stats['logp']
-  dt = _compute_dtype(logp)
+  dt = token_stats.compute_dtype(logp)
   command_ids = batch['command_ids']
   mask = command_ids > 0
   # Masked slots get neutral inputs so that arbitrary values there (NaN included)

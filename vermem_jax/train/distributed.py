@@ -2,7 +2,7 @@
 
 One command runs on every host of a TPU pod slice or of a multi-node GPU job. Each
 host's process drives its local devices; all processes share one global
-('data', 'fsdp', 'tensor') mesh over every device (`setup.make_mesh_from`), so every
+('data', 'fsdp', 'tensor') mesh over every device (`setup.make_mesh`), so every
 jitted step is one SPMD program. This module is the process-aware layer the trainers
 use; with one process every helper is the identity or a plain local call.
 

@@ -62,7 +62,8 @@ def export(config: ml_collections.ConfigDict, workdir: str, phase: str, out: str
   mc = setup_lib.model_config_from(config)
   tok = setup_lib.load_tokenizer_for(config, mc)
   shapes, _ = setup_lib.abstract_train_state(mc, lambda p: (),
-                                            setup_lib.make_mesh_from(config))
+                                            setup_lib.make_mesh(
+                                                setup_lib.MeshConfig.from_section(config.model)))
   params, step = checkpoints.restore_params_only(directory, shapes, prefer_best=True)
   hf_io.save_hf_checkpoint(mc, params, out, dtype=dtype)
   write_tokenizer(tok, out)

@@ -49,7 +49,7 @@ from vermem_jax.rl import loss_step
 from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_optimizer
-from vermem_jax.train import rl_setup
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup as setup_lib
 
 GIB = 1024 ** 3
@@ -103,22 +103,20 @@ def plan_settings(config: ml_collections.ConfigDict, num_devices: int) -> PlanSe
     ValueError: a bad config field (named), e.g. a mesh that does not cover the
       devices.
   """
-  mc = setup_lib.model_config_from(config)
-  tasks, rollouts = int(config.rl.tasks_per_update), int(config.rl.rollouts_per_task)
-  rows = tasks * rollouts
+  run = run_setup.RunSetup.from_config(config)
+  tasks, rows = run.rl.rollout.tasks_per_update, run.rl.rollout.num_rollouts
   shared = (min(rows, 1 << max(0, tasks - 1).bit_length())
-            if config.sampling.share_prefill else rows)
+            if run.sampling.share_prefill else rows)
   return PlanSettings(
-      model_config=mc, mesh_shape=setup_lib.mesh_shape_from(config, num_devices),
-      micro_batch=int(config.batching.micro_batch_size),
-      length=int(config.batching.length_buckets[-1]),
-      command_tokens=int(config.batching.command_buckets[-1]),
-      loss_chunk_size=config.batching.loss_chunk_size,
-      loss=rl_setup.loss_config_from(config), opt=rl_learner.optimizer_config_from(config),
+      model_config=run.model.config, mesh_shape=run.model.mesh.shape(num_devices),
+      micro_batch=int(run.batching.micro_batch_size),
+      length=int(run.batching.length_buckets[-1]),
+      command_tokens=int(run.batching.command_buckets[-1]),
+      loss_chunk_size=run.batching.loss_chunk_size, loss=run.rl.loss, opt=run.rl.opt,
       rollout_rows=rows, shared_prefill_rows=shared,
-      prompt_len=int(config.sampling.prompt_buckets[-1]),
-      max_new_tokens=int(config.sampling.max_command_tokens),
-      do_sample=float(config.sampling.temperature) > 0)
+      prompt_len=int(run.sampling.prompt_buckets[-1]),
+      max_new_tokens=int(run.sampling.max_command_tokens),
+      do_sample=float(run.sampling.temperature) > 0)
 
 
 def tree_bytes(tree: Any) -> int:
@@ -171,7 +169,7 @@ def learner_step_kwargs(s: PlanSettings) -> dict[str, Any]:
 def abstract_state(s: PlanSettings, mesh: Any) -> tuple[Any, Any]:
   """(params, AdamW state) as ShapeDtypeStructs with the trainer's shardings."""
   return setup_lib.abstract_train_state(
-      s.model_config, rl_learner.make_optimizer(s.opt).init, mesh)
+      s.model_config, rl_optimizer.make_optimizer(s.opt).init, mesh)
 
 
 def kv_cache_bytes(s: PlanSettings, mesh: Any) -> int:

@@ -87,27 +87,50 @@ class Phase(Protocol):
 
 
 @dataclasses.dataclass(frozen=True)
+class LoopSettings:
+  """What every phase's loop shares (config sections `checkpoint` and `metrics`).
+
+  save_every, log_every: cadences in steps (0: only at the last step).
+  max_to_keep: checkpoints kept (the selected one is always kept).
+  async_save: save in the background while the next step runs.
+  tensorboard, progress_bar: write TensorBoard events / show the bar (process 0).
+  """
+  save_every: int
+  log_every: int
+  max_to_keep: int
+  async_save: bool = True
+  tensorboard: bool = True
+  progress_bar: bool = True
+
+  @classmethod
+  def from_config(cls, config: Any) -> 'LoopSettings':
+    """From a run's `checkpoint` and `metrics` sections."""
+    return cls(save_every=int(config.checkpoint.save_every),
+               log_every=int(config.metrics.log_every),
+               max_to_keep=int(config.checkpoint.max_to_keep),
+               async_save=bool(config.checkpoint.get('async_save', True)),
+               tensorboard=bool(config.metrics.tensorboard),
+               progress_bar=bool(config.metrics.progress_bar))
+
+
+@dataclasses.dataclass(frozen=True)
 class RunnerConfig:
   """The runner's settings (config sections `checkpoint`, `metrics` and the phase's
   cadences).
 
   name: the phase name (progress bar, log lines).
   total: the phase's number of steps (optimizer steps or updates).
-  eval_every, save_every, log_every: cadences in steps (0: only at the last step).
+  eval_every: evaluation cadence in steps (0: only at the last step).
   max_consecutive_skips: non-finite steps in a row that stop the run.
+  loop: saving and logging, the same for every phase.
   unit: progress-bar unit ('step', 'update').
   epoch_steps: also evaluate at every multiple of it (SFT's epoch ends; 0: off).
   """
   name: str
   total: int
   eval_every: int
-  save_every: int
-  log_every: int
   max_consecutive_skips: int
-  max_to_keep: int
-  async_save: bool = True
-  tensorboard: bool = True
-  progress_bar: bool = True
+  loop: LoopSettings
   unit: str = 'update'
   epoch_steps: int = 0
 
@@ -115,21 +138,6 @@ class RunnerConfig:
     """Evaluate after `step`: every eval_every steps, at epoch ends, at the last."""
     return (itstime(step, self.eval_every, self.total)
             or itstime(step, self.epoch_steps, self.total, last=False))
-
-  @classmethod
-  def from_config(cls, config: Any, *, name: str, total: int, eval_every: int,
-                  max_consecutive_skips: int, unit: str,
-                  epoch_steps: int = 0) -> 'RunnerConfig':
-    """From a run's `checkpoint` and `metrics` sections plus the phase's numbers."""
-    return cls(name=name, total=int(total), eval_every=int(eval_every),
-               save_every=int(config.checkpoint.save_every),
-               log_every=int(config.metrics.log_every),
-               max_consecutive_skips=int(max_consecutive_skips),
-               max_to_keep=int(config.checkpoint.max_to_keep),
-               async_save=bool(config.checkpoint.get('async_save', True)),
-               tensorboard=bool(config.metrics.tensorboard),
-               progress_bar=bool(config.metrics.progress_bar), unit=unit,
-               epoch_steps=int(epoch_steps))
 
 
 class PhaseRunner:
@@ -148,7 +156,7 @@ class PhaseRunner:
     self.primary = primary
     self.t_start = time.time() if t_start is None else t_start
     self.manager = checkpoints.PhaseCheckpointManager(
-        directory, max_to_keep=config.max_to_keep, async_save=config.async_save)
+        directory, max_to_keep=config.loop.max_to_keep, async_save=config.loop.async_save)
     self.skips = nonfinite.SkipCounter(config.max_consecutive_skips)
     self.restored: Optional[checkpoints.TrainState] = None
     self.step = 0
@@ -219,11 +227,11 @@ class PhaseRunner:
     c = self.config
     stop = c.total if stop is None else min(c.total, int(stop))
     writer = metrics_lib.MetricsWriter(self.directory, resume_step=self.step,
-                                       tensorboard=c.tensorboard, enabled=self.primary)
+                                       tensorboard=c.loop.tensorboard, enabled=self.primary)
     for row in first_rows:
       writer.write(self.step, row)
     bar = metrics_lib.progress_bar(c.total, initial=self.step, desc=c.name, unit=c.unit,
-                                   disable=not (c.progress_bar and self.primary))
+                                   disable=not (c.loop.progress_bar and self.primary))
     try:
       while self.step < stop:
         n = self.step + 1
@@ -236,10 +244,10 @@ class PhaseRunner:
         bar.set_postfix(**postfix)
         evaluation = phase.evaluate(n) if c.eval_due(n) else None
         for row in phase.rows(n, result, evaluation,
-                              itstime(n, c.log_every, c.total) or result.log):
+                              itstime(n, c.loop.log_every, c.total) or result.log):
           writer.write(n, row)
         selection = evaluation.selection if evaluation is not None else None
-        if (itstime(n, c.save_every, c.total) or selection is not None
+        if (itstime(n, c.loop.save_every, c.total) or selection is not None
             or evaluation is not None):
           metadata = {'cumulative_wall_time_s': self.wall_time(),
                       'complete': n >= c.total, 'skipped_steps': self.skips.total}

@@ -16,9 +16,10 @@ micro-batches (`batching.micro_batches`, command-token weights divided by that
 mini-batch's N_b decisions); `loss_step.grpo_loss_and_grads` (command_token_stats +
 grpo.grpo_loss_from_token_stats, jitted: the head and loss run in chunks of
 `batching.loss_chunk_size` command positions, no [B, L, V] array) returns loss and
-gradient SUMS per micro-batch, which are accumulated and divided once by N_b (`apply_update`), so the
-deferred normalization holds per mini-batch (SPEC §6: per-command token mean, then mean
-over the mini-batch's decisions; M = 1: over all decisions of the update). With μ = M = 1
+gradient SUMS per micro-batch, which are accumulated and divided once by N_b
+(`rl_optimizer.apply_update`), so the deferred normalization holds per mini-batch
+(SPEC §6: per-command token mean, then mean over the mini-batch's decisions; M = 1:
+over all decisions of the update). With μ = M = 1
 this is the single step per update of one-iteration GRPO; with μ > 1 or M > 1 the ratio
 ρ = π_θ / π_θold moves away from 1 after the first step and the ε-clip acts.
 
@@ -107,14 +108,6 @@ def learner_batching_config(bcfg: batching.BatchingConfig, *, policy_input_limit
   return dataclasses.replace(bcfg, length_buckets=tuple(bcfg.length_buckets) + (need,))
 
 
-# The optimizer side (train/rl_optimizer.py), re-exported for the trainers and tests.
-PPOConfig = rl_optimizer.PPOConfig
-make_optimizer = rl_optimizer.make_optimizer
-optimizer_config_from = rl_optimizer.optimizer_config_from
-apply_update = rl_optimizer.apply_update
-_add_grads = rl_optimizer.add_grads
-
-
 def _combine_metrics(parts: Sequence[Mapping[str, tuple]]) -> dict[str, float]:
   """Merges per-micro-batch (value, count) metrics: sums, or min/max for *_min/*_max."""
   merged: dict[str, list] = {}
@@ -186,7 +179,7 @@ def _mini_batch_step(params, ref_params, opt_state, subset, *, old_from_learner,
       (l, _, m, learner_lp), grads = loss_step.grpo_loss_and_grads(
           params, ref_params, setup_lib.place_batch(step_batch, mesh),
           old_from_learner=old_from_learner, **kw)
-      grad_sum = _add_grads(grad_sum, grads)
+      grad_sum = rl_optimizer.add_grads(grad_sum, grads)
     loss_sum += float(l)
     parts.append(m)
     # Rows may sit on other processes' devices: gather them (a collective).
@@ -200,7 +193,7 @@ def _mini_batch_step(params, ref_params, opt_state, subset, *, old_from_learner,
   with setup_lib.mesh_context(mesh):
     finite = nonfinite.is_finite(loss_sum, grad_sum)
     if finite:  # else: skipped, θ and the optimizer state stay as they are
-      params, opt_state, grad_norm = apply_update(
+      params, opt_state, grad_norm = rl_optimizer.apply_update(
           params, opt_state, grad_sum, jnp.asarray(float(n), jnp.float32), opt=opt)
       grad_norm = float(grad_norm)  # waits for the step
   step = _Step(loss_sum / n, grad_norm, finite, parts, lps, len(mbs),
@@ -240,7 +233,7 @@ class LearnerConfig:
   batching_config: batching.BatchingConfig
   opt: optim.OptimizerConfig
   loss: LossConfig = LossConfig()
-  ppo: PPOConfig = PPOConfig()
+  ppo: rl_optimizer.PPOConfig = rl_optimizer.PPOConfig()
   pad_id: int = 0
 
 
@@ -259,7 +252,7 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
     decisions: the update's N decisions (prompt ids [T_in], command ids [L], sampler
       logprobs [L], A^hier fixed by the rollout pass), ∅ and rejected commands included.
     learner: model, learner shapes, optimizer, loss, PPO passes, padding id.
-    mesh: the training mesh (`setup.make_mesh_from`; params, ref_params and opt_state
+    mesh: the training mesh (`setup.make_mesh`; params, ref_params and opt_state
       already placed on it): micro-batch rows are split over ('data', 'fsdp'), the
       model's activation constraints apply, gradient sums are sharded like the params.
       None = single-device behaviour (arrays as placed).

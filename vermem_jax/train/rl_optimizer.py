@@ -47,14 +47,6 @@ class PPOConfig:
     return int(self.num_iterations) * int(self.mini_batches_per_iteration)
 
 
-def optimizer_config_from(config) -> optim.OptimizerConfig:
-  """The RL optimizer of a phase config (`rl` section; schedule over all steps)."""
-  r = config.rl
-  steps = PPOConfig(int(r.num_iterations), int(r.mini_batches_per_iteration))
-  return optim.OptimizerConfig.from_section(
-      r, name='rl', total_steps=max(1, int(r.num_updates) * steps.steps_per_update))
-
-
 @jax.jit
 def add_grads(acc: Any, grads: Any) -> Any:
   return jax.tree.map(lambda a, g: a + g.astype(a.dtype), acc, grads)

@@ -4,10 +4,12 @@ F.6, F.7).
 `run_rl_phase(config, workdir)` trains θ_p for p = config.phase ('phase_a' | 'phase_b' |
 'phase_c') into `workdir/<phase>/`. This module holds the phase's update, its
 internal-dev evaluation and summaries; the loop (restore, schedule, metrics, progress
-bar, skips, saving) is train/phase_runner.py's; its parts live in train/rl_setup.py (episodes, solver, verifier, library settings,
-phase-start running statistics), train/rl_learner.py (optimizer and the jitted GRPO
-update), train/rl_resume.py (trajectory fingerprint, data position, π_ref record) and
-rl/rollout.py (K-group collection).
+bar, skips, saving) is train/phase_runner.py's. The config is read once, into
+`run_setup.RunSetup`; the parts live in train/rl_setup.py (episodes, solver, verifier,
+learner batching, phase-start running statistics), train/rl_learner.py and
+train/rl_optimizer.py (the jitted GRPO update and its optimizer), train/rl_resume.py
+(trajectory fingerprint, data position, π_ref record) and rl/rollout.py (K-group
+collection).
 
 Initialization (SPEC §4, App. B/F.6). π_θ starts from the previous phase's parameters and
 the reference policy π_ref IS those parameters, frozen for the whole phase: θ_SFT (the
@@ -111,9 +113,11 @@ from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import phase_runner
 from vermem_jax.train import rl_learner
+from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_resume
 from vermem_jax.train import rl_selection
 from vermem_jax.train import rl_setup
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup as setup_lib
 
 
@@ -138,12 +142,13 @@ def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
   specs = list(setup.dev_specs)[:max(0, int(count))]
   if not specs:
     return {}
+  run = setup.run
   greedy = policy_lib.SamplerPolicy(
-      setup.model_config, params, setup.tokenizer, sampling_config=setup.sampling_config,
+      run.model.config, params, setup.tokenizer, sampling_config=run.sampling,
       greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
   return internal_dev.summary(internal_dev.run_dev_episodes(
       specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
-      executor_config=setup.executor_config, env_config=setup.env_config))
+      executor_config=run.executor, env_config=run.env))
 
 
 def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
@@ -173,33 +178,31 @@ class _RLPhase:
   """One GRPO update, the internal-dev evaluation, rows and checkpoint of an RL phase
   for `phase_runner.PhaseRunner` (module docstring, steps 1-4)."""
 
-  def __init__(self, config, runner, setup, *, phase, mesh, params, ref_params, opt_state,
-               running, reference, fingerprint, dev_start, resumed_from):
-    self.runner, self.setup, self.phase, self.mesh = runner, setup, phase, mesh
+  def __init__(self, runner, setup, *, mesh, params, ref_params, opt_state, running,
+               reference, fingerprint, dev_start):
+    run, rl = setup.run, setup.run.rl
+    self.runner, self.setup, self.phase, self.mesh = runner, setup, run.phase, mesh
     self.params, self.ref_params, self.opt_state = params, ref_params, opt_state
     self.running, self.reference, self.fingerprint = running, reference, fingerprint
-    self.dev_start, self.resumed_from = dev_start, resumed_from
-    self.seed, self.total = int(config.seed), runner.config.total
+    self.dev_start, self.resumed_from = dev_start, runner.step
+    self.seed, self.total = run.seed, runner.config.total
     self.group = distributed.process_group()
-    self.dev_count = int(config.rl.get('internal_dev_episodes', 0))
-    self.monitor_every = int(config.rl.monitor_every)
-    n_dev = int(config.rl.get('eval_episodes', 0))
-    self.dev_specs = setup.dev_specs[:n_dev] if n_dev else setup.dev_specs
-    self.metric = rl_selection.check_metric(
-        str(config.rl.get('selection_metric', rl_selection.DEFAULT_METRIC)))
+    self.dev_count, self.monitor_every = rl.internal_dev_episodes, rl.monitor_every
+    self.dev_specs = (setup.dev_specs[:rl.eval_episodes] if rl.eval_episodes
+                      else setup.dev_specs)
+    self.metric = rl.selection_metric
     tok, gen = setup.tokenizer, setup_lib.generate_fn_for(mesh)
     self.policy = policy_lib.SamplerPolicy(
-        setup.model_config, params, tok, sampling_config=setup.sampling_config,
-        batch_buckets=(setup.rollout_config.num_rollouts,), generate_fn=gen,
-        group=self.group)
+        run.model.config, params, tok, sampling_config=run.sampling,
+        batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
     # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
     self.dev_policy = policy_lib.SamplerPolicy(
-        setup.model_config, params, tok, sampling_config=setup.sampling_config,
-        greedy=True, generate_fn=gen, group=self.group)
-    self.table = (metrics_lib.AdvantageTable(runner.directory, phase,
+        run.model.config, params, tok, sampling_config=run.sampling, greedy=True,
+        generate_fn=gen, group=self.group)
+    self.table = (metrics_lib.AdvantageTable(runner.directory, run.phase,
                                              resume_update=runner.step,
                                              enabled=runner.primary)
-                  if config.metrics.advantage_table else None)
+                  if rl.advantage_table else None)
     self.last: dict[str, float] = {}
     self.end_row: dict[str, float] = {}
 
@@ -208,7 +211,7 @@ class _RLPhase:
     # θ_old := θ. The sampler reads these (immutable) arrays for the whole update.
     self.policy.params = self.params
     task_ids = task_selection.select_tasks(len(setup.train_specs), n,
-                                           setup.rollout_config.tasks_per_update,
+                                           setup.run.rl.rollout.tasks_per_update,
                                            seed=self.seed)
     # Each process collects its block of the tasks; `result` is then the whole
     # update's (process_split.gather_result; itself with one process).
@@ -250,7 +253,7 @@ class _RLPhase:
     records = internal_dev.run_dev_episodes(
         self.dev_specs, self.dev_policy, self.setup.solver,
         count_tokens=self.setup.tokenizer.count_tokens,
-        executor_config=self.setup.executor_config, env_config=self.setup.env_config,
+        executor_config=self.setup.run.executor, env_config=self.setup.run.env,
         rng=self.seed, group=self.group)
     dev = rl_selection.selection_figures(records, self.metric)
     dev['time/dev_eval_s'] = time.perf_counter() - t0
@@ -319,29 +322,29 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
       non-finite loss or gradient (the last checkpoint holds the last finite θ).
   """
   t_start = time.time()
-  phase = rl_setup.check_phase(config)
-  prev = rl_setup.PREVIOUS_PHASE[phase]
-  if config.rl.get('reference_phase', prev) not in ('', prev):
-    raise ValueError(f'config.rl.reference_phase: {phase} uses {prev!r} as π_ref '
-                     f'(SPEC §4), got {config.rl.reference_phase!r}')
+  if config.phase not in run_setup.RL_PHASES:
+    raise ValueError(f'config.phase: run_rl_phase trains {run_setup.RL_PHASES}, got '
+                     f'{config.phase!r}')
+  run = run_setup.RunSetup.from_config(config)
+  phase, total = run.phase, run.rl.num_updates
+  prev = run_setup.PREVIOUS_PHASE[phase]
   directory = checkpoints.phase_dir(workdir, phase)
   prev_dir = checkpoints.phase_dir(workdir, prev)
-  total, seed = int(config.rl.num_updates), int(config.seed)
-  fingerprint = rl_resume.trajectory_fingerprint(config)
-  mesh = setup_lib.make_mesh_from(config)
+  fingerprint = rl_resume.trajectory_fingerprint(run)
+  mesh = setup_lib.make_mesh(run.model.mesh)
+  init_opt = rl_optimizer.make_optimizer(run.rl.opt).init
   # Abstract arrays with the mesh shardings: restores land directly on the layout.
-  param_shapes, opt_shapes = setup_lib.abstract_train_state(
-      setup_lib.model_config_from(config),
-      rl_learner.make_optimizer(rl_learner.optimizer_config_from(config)).init, mesh)
-  runner_config = phase_runner.RunnerConfig.from_config(
-      config, name=phase, total=total, eval_every=int(config.rl.get('eval_every', 0)),
-      max_consecutive_skips=int(config.rl.max_consecutive_skips), unit='update')
+  param_shapes, opt_shapes = setup_lib.abstract_train_state(run.model.config, init_opt,
+                                                            mesh)
+  runner_config = phase_runner.RunnerConfig(
+      name=phase, total=total, eval_every=run.rl.eval_every,
+      max_consecutive_skips=run.rl.max_consecutive_skips, loop=run.loop, unit='update')
   primary = distributed.is_primary()
   with phase_runner.PhaseRunner(directory, runner_config, primary=primary,
                                 t_start=t_start) as runner:
     restored = runner.restore(checkpoints.TrainState(
         step=0, params=param_shapes, opt_state=opt_shapes,
-        rng=task_selection.update_rng(seed, 1), running_stats={}, data_position={},
+        rng=task_selection.update_rng(run.seed, 1), running_stats={}, data_position={},
         metadata={}), lambda r: rl_resume.check_resume(r.metadata, fingerprint, directory))
     md = runner.metadata
     if restored is not None and restored.step >= total and md.get('final_metrics'):
@@ -357,19 +360,17 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
     # An 'llm' solver answers each process's own episodes: its model lives on this
     # process's devices, outside the collective programs.
     setup = distributed.agree(lambda: rl_setup.build_setup(
-        config, mesh=mesh if group is None else setup_lib.process_local_mesh(config),
+        run, mesh=mesh if group is None else setup_lib.process_local_mesh(run.model.mesh),
         num_processes=distributed.process_count()))
     distributed.check_same(f'{phase} train episodes', distributed.digest(
         [spec.episode_id for spec in setup.train_specs]))
-    dev_count = int(config.rl.get('internal_dev_episodes', 0))
     if restored is None:
       params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable: sharing is safe
-      dev_start = _dev_row('start', internal_dev_figures(setup, params, dev_count, mesh))
-      opt_state = setup_lib.init_opt_state(rl_learner.make_optimizer(setup.opt).init,
-                                           params, mesh)
+      dev_start = _dev_row('start', internal_dev_figures(
+          setup, params, run.rl.internal_dev_episodes, mesh))
+      opt_state = setup_lib.init_opt_state(init_opt, params, mesh)
       # Once (verifier calls), then the same statistics on every process.
-      running, used = distributed.on_primary(
-          lambda: rl_setup.init_running_stats(config, setup))
+      running, used = distributed.on_primary(lambda: rl_setup.init_running_stats(setup))
       logging.info('%s: running statistics initialized from dev transitions %s', phase,
                    used)
       reference['initial_params_sha256'] = rl_resume.params_fingerprint(params)
@@ -378,7 +379,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         rl_resume.write_reference(directory, reference)
     else:
       params, opt_state = restored.params, restored.opt_state
-      expected = rl_resume.data_position(restored.step, setup, seed)
+      expected = rl_resume.data_position(restored.step, setup, run.seed)
       if restored.data_position != expected:
         raise ValueError(f'{directory}: checkpoint step {restored.step} has data '
                          f'position {restored.data_position}, expected {expected} '
@@ -389,10 +390,9 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         rl_resume.write_reference(directory, reference)
       logging.info('%s resumes from update %d of %d in %s', phase, restored.step, total,
                    directory)
-    loop = _RLPhase(config, runner, setup, phase=phase, mesh=mesh, params=params,
-                    ref_params=ref_params, opt_state=opt_state, running=running,
-                    reference=reference, fingerprint=fingerprint, dev_start=dev_start,
-                    resumed_from=runner.step)
+    loop = _RLPhase(runner, setup, mesh=mesh, params=params, ref_params=ref_params,
+                    opt_state=opt_state, running=running, reference=reference,
+                    fingerprint=fingerprint, dev_start=dev_start)
     try:
       runner.run(loop, stop=stop_after_update,
                  first_rows=[dev_start] if dev_start and runner.step == 0 else [])

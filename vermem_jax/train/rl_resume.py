@@ -1,6 +1,6 @@
 """Resume and provenance records of an RL phase (SPEC §4; DESIGN.md checkpoints).
 
-- `trajectory_fingerprint(config)`: the config fields that determine a phase's
+- `trajectory_fingerprint(run)`: the config fields that determine a phase's
   trajectory. It is stored in every checkpoint's metadata; a workdir holding a run with
   other settings is refused on resume (`check_resume`).
 - `data_position(update, setup, seed)`: the task sampler's position after `update`
@@ -24,13 +24,11 @@ import os
 from typing import Any, Mapping
 
 import jax
-import ml_collections
 import numpy as np
 
 from vermem_jax.train import distributed
-from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_setup
-from vermem_jax.train import setup as setup_lib
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup as setup_lib
 
 REFERENCE_FILE = 'reference.json'
@@ -54,41 +52,40 @@ def params_fingerprint(params: Any) -> str:
   return h.hexdigest()
 
 
-def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Config fields that determine the phase's trajectory (checked on resume).
+def trajectory_fingerprint(run: run_setup.RunSetup) -> dict[str, Any]:
+  """The settings that determine an RL phase's trajectory (checked on resume; the
+  keys name the config fields as stored by every earlier run).
 
   `rl.num_updates` is not part of it: a finished run may be extended.
   """
-  r = config.rl
+  r = run.rl
+  opt, loss = r.opt, r.loss
   return {
-      'phase': config.phase, 'seed': int(config.seed),
-      'model': setup_lib.model_identity(config),
-      'tasks_per_update': int(r.tasks_per_update),
-      'rollouts_per_task': int(r.rollouts_per_task),
-      'learning_rate': float(r.learning_rate), 'max_grad_norm': float(r.max_grad_norm),
-      'clip_epsilon': float(r.clip_epsilon), 'kl_beta': float(r.kl_beta),
-      'kl_estimator': str(r.kl_estimator), 'weight_decay': float(r.weight_decay),
-      'old_logprobs': str(r.get('old_logprobs', rl_learner.DEFAULT_OLD_LOGPROBS)),
-      'num_iterations': int(r.num_iterations),
-      'mini_batches_per_iteration': int(r.mini_batches_per_iteration),
-      'loss_temperature': (None if r.loss_temperature is None
-                           else float(r.loss_temperature)),
-      'max_log_ratio': float(r.max_log_ratio),
-      'adam': [float(r.adam_b1), float(r.adam_b2), float(r.adam_eps)],
-      'lr_schedule': [str(r.lr_schedule), float(r.warmup_ratio)],
-      'verifier_fallback': str(config.verifier.fallback),
-      'global_history_tokens': int(config.verifier.global_history_tokens),
-      'advantage_mode': str(config.advantage.mode),
-      'rejection_floor': str(config.advantage.rejection_floor),
-      'episodes_seed': int(config.episodes.seed),
-      'num_train_episodes': int(config.episodes.num_train),
-      'temperature': float(config.sampling.temperature),
-      'top_p': float(config.sampling.top_p),
-      'max_command_tokens': int(config.sampling.max_command_tokens),
-      'policy_input_limit': int(config.memory.policy_input_limit),
-      'context_budget': int(config.memory.context_budget),
-      'rollout_limit': int(config.episodes.rollout_limit),
-      'verifier': str(config.verifier.backend), 'solver': str(config.solver.backend),
+      'phase': run.phase, 'seed': run.seed, 'model': run.model.identity,
+      'tasks_per_update': r.rollout.tasks_per_update,
+      'rollouts_per_task': r.rollout.rollouts_per_task,
+      'learning_rate': opt.learning_rate, 'max_grad_norm': opt.max_grad_norm,
+      'clip_epsilon': loss.clip_epsilon, 'kl_beta': loss.kl_beta,
+      'kl_estimator': loss.kl_estimator, 'weight_decay': opt.weight_decay,
+      'old_logprobs': loss.old_logprobs,
+      'num_iterations': r.ppo.num_iterations,
+      'mini_batches_per_iteration': r.ppo.mini_batches_per_iteration,
+      'loss_temperature': r.loss_temperature, 'max_log_ratio': loss.max_log_ratio,
+      'adam': [opt.adam_b1, opt.adam_b2, opt.adam_eps],
+      'lr_schedule': [opt.lr_schedule, opt.warmup_ratio],
+      'verifier_fallback': str(run.verifier.fallback),
+      'global_history_tokens': int(run.verifier.global_history_tokens),
+      'advantage_mode': str(run.advantage.mode),
+      'rejection_floor': str(run.advantage.rejection_floor),
+      'episodes_seed': int(run.scenario.seed),
+      'num_train_episodes': int(run.scenario.num_train),
+      'temperature': float(run.sampling.temperature),
+      'top_p': float(run.sampling.top_p),
+      'max_command_tokens': int(run.sampling.max_command_tokens),
+      'policy_input_limit': int(run.executor.policy_input_limit),
+      'context_budget': int(run.executor.context_budget),
+      'rollout_limit': int(run.scenario.rollout_limit),
+      'verifier': str(run.verifier.backend), 'solver': run.solver.backend,
   }
 
 
@@ -100,7 +97,7 @@ def check_resume(metadata: Mapping[str, Any], fingerprint: Mapping[str, Any],
 
 def data_position(update: int, setup: rl_setup.PhaseSetup, seed: int) -> dict[str, int]:
   """The task sampler's position after `update` completed updates (JSON)."""
-  t = setup.rollout_config.tasks_per_update
+  t = setup.run.rl.rollout.tasks_per_update
   return {'update': int(update), 'tasks_consumed': int(update) * int(t),
           'num_train_episodes': len(setup.train_specs), 'seed': int(seed)}
 

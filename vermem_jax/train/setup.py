@@ -1,19 +1,23 @@
 """Glue both trainers share: policy config, tokenizer, device mesh and sharded state.
 
-Everything here reads the experiment `ml_collections.ConfigDict` (sections `model`,
-`tokenizer`; experiments/configs/parts/paper.py) and returns library objects:
+The readers of config sections `model` and `tokenizer` (experiments/configs/parts/
+paper.py; `train/run_setup.py` calls them once per phase) and what works on their
+typed results:
 
   model_config_from(config)        -> models.QwenConfig (HF folder or preset)
-  load_tokenizer_for(config)       -> tokenization.Tokenizer, checked against the model
-  make_mesh_from(config)           -> ('data', 'fsdp', 'tensor') Mesh (models/sharding.py)
-  init_or_load_params(config, model_cfg, rng, mesh) -> params placed on the mesh
+  model_identity(config)           -> the model's name in a resume fingerprint
+  tokenizer_path(config)           -> the tokenizer folder
+  load_tokenizer(path, model_config) -> tokenization.Tokenizer, checked against the model
+  MeshConfig.from_section(config.model), make_mesh(mesh_config)
+                                   -> ('data', 'fsdp', 'tensor') Mesh (models/sharding.py)
+  init_or_load_params(model_cfg, rng, mesh, hf_checkpoint=...) -> params on the mesh
   opt_state_shardings / init_opt_state -> optimizer state sharded like the params
   abstract_like(shapes, shardings) -> ShapeDtypeStructs carrying shardings (Orbax
                                       restore templates)
   shard_batch(batch, mesh)         -> learner batch split over ('data', 'fsdp') rows
   zeros_like_params(params)        -> float32 accumulators with the params' shardings
   generate_fn_for(mesh)            -> the sampler under the mesh's sharding rules
-  process_local_mesh(config)       -> a mesh over this process's devices (multi-host)
+  process_local_mesh(mesh_config)  -> a mesh over this process's devices (multi-host)
   check_resume(metadata, fingerprint, directory) -> refuses a resume with other settings
 
 Sharding scheme (models/sharding.py). Parameters follow the logical-axis rules (FSDP
@@ -27,6 +31,7 @@ path and shape equal a parameter's gets that parameter's sharding; everything el
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 from typing import Any, Callable, Mapping
 
@@ -124,17 +129,20 @@ def model_config_from(config: ml_collections.ConfigDict) -> qwen_config.QwenConf
     raise ValueError(f'config.model.{field}: {e}') from e
 
 
-def tokenizer_path(config: ml_collections.ConfigDict) -> str:
+NO_TOKENIZER = ('config.tokenizer.path: no tokenizer folder (set it, or '
+                'config.model.hf_checkpoint whose folder holds the tokenizer)')
+
+
+def tokenizer_path(config: ml_collections.ConfigDict, *, required: bool = True) -> str:
   """`tokenizer.path`, else the `model.hf_checkpoint` folder (which holds one).
 
   Raises:
-    ValueError: neither is set.
+    ValueError: neither is set and `required` (else: '').
   """
   path = config.tokenizer.path or config.model.hf_checkpoint
-  if not path:
-    raise ValueError('config.tokenizer.path: no tokenizer folder (set it, or '
-                     'config.model.hf_checkpoint whose folder holds the tokenizer)')
-  return str(path)
+  if not path and required:
+    raise ValueError(NO_TOKENIZER)
+  return str(path or '')
 
 
 @functools.lru_cache(maxsize=4)
@@ -147,10 +155,16 @@ def load_tokenizer_cached(path: str) -> tokenization.Tokenizer:
 def load_tokenizer_for(config: ml_collections.ConfigDict,
                        model_config: qwen_config.QwenConfig | None = None
                        ) -> tokenization.Tokenizer:
+  """`load_tokenizer(tokenizer_path(config), model_config)`."""
+  return load_tokenizer(tokenizer_path(config), model_config)
+
+
+def load_tokenizer(path: str, model_config: qwen_config.QwenConfig | None = None
+                   ) -> tokenization.Tokenizer:
   """The run's tokenizer (cached per folder), checked against the policy model.
 
   Args:
-    config: experiment config (`tokenizer.path` / `model.hf_checkpoint`).
+    path: the tokenizer folder (`tokenizer_path`).
     model_config: the policy's QwenConfig; when given,
       `tokenization.check_tokenizer_model_compat` runs (an id past the embedding table
       would be silently clamped by JAX gathers).
@@ -158,7 +172,8 @@ def load_tokenizer_for(config: ml_collections.ConfigDict,
     ValueError: `config.tokenizer.path: ...` for a missing/unreadable folder or a
       tokenizer whose ids do not fit the model's vocab_size.
   """
-  path = tokenizer_path(config)
+  if not path:
+    raise ValueError(NO_TOKENIZER)
   try:
     tok = load_tokenizer_cached(path)
   except (OSError, ValueError) as e:
@@ -202,38 +217,47 @@ def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, A
 
 
 # ----------------------------------------------------------------------------- mesh
-def mesh_shape_from(config: ml_collections.ConfigDict,
-                    num_devices: int | None = None) -> tuple[int, int, int]:
-  """(data, fsdp, tensor) from `model.mesh_data/mesh_fsdp/mesh_tensor`; data = -1 takes
-  all devices fsdp * tensor leave.
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+  """The ('data', 'fsdp', 'tensor') mesh sizes (`model.mesh_data/mesh_fsdp/mesh_tensor`);
+  data = -1 takes all devices fsdp * tensor leave."""
+  data: int = -1
+  fsdp: int = 1
+  tensor: int = 1
 
-  Raises:
-    ValueError: naming the field when the sizes are not positive or do not multiply to
-      the device count.
-  """
-  n = jax.device_count() if num_devices is None else int(num_devices)
-  m = config.model
-  data = int(m.get('mesh_data', -1))
-  fsdp = int(m.get('mesh_fsdp', 1))
-  tensor = int(m.get('mesh_tensor', 1))
-  if fsdp < 1 or tensor < 1:
-    raise ValueError(f'config.model.mesh_fsdp / mesh_tensor must be >= 1, got {fsdp}, '
-                     f'{tensor}')
-  if data == -1:
-    if n % (fsdp * tensor):
-      raise ValueError(f'config.model.mesh_fsdp * mesh_tensor = {fsdp * tensor} does not '
-                       f'divide the {n} devices')
-    data = n // (fsdp * tensor)
-  if data < 1 or data * fsdp * tensor != n:
-    raise ValueError(f'config.model.mesh_data * mesh_fsdp * mesh_tensor = {data} * '
-                     f'{fsdp} * {tensor} must equal the {n} devices (mesh_data=-1 takes '
-                     'the rest)')
-  return data, fsdp, tensor
+  @classmethod
+  def from_section(cls, model: Any) -> 'MeshConfig':
+    """From config section `model`."""
+    return cls(data=int(model.get('mesh_data', -1)), fsdp=int(model.get('mesh_fsdp', 1)),
+               tensor=int(model.get('mesh_tensor', 1)))
+
+  def shape(self, num_devices: int | None = None) -> tuple[int, int, int]:
+    """(data, fsdp, tensor) over `num_devices` (default: all devices).
+
+    Raises:
+      ValueError: naming the field when the sizes are not positive or do not multiply
+        to the device count.
+    """
+    n = jax.device_count() if num_devices is None else int(num_devices)
+    data, fsdp, tensor = self.data, self.fsdp, self.tensor
+    if fsdp < 1 or tensor < 1:
+      raise ValueError(f'config.model.mesh_fsdp / mesh_tensor must be >= 1, got {fsdp}, '
+                       f'{tensor}')
+    if data == -1:
+      if n % (fsdp * tensor):
+        raise ValueError(f'config.model.mesh_fsdp * mesh_tensor = {fsdp * tensor} does not '
+                         f'divide the {n} devices')
+      data = n // (fsdp * tensor)
+    if data < 1 or data * fsdp * tensor != n:
+      raise ValueError(f'config.model.mesh_data * mesh_fsdp * mesh_tensor = {data} * '
+                       f'{fsdp} * {tensor} must equal the {n} devices (mesh_data=-1 takes '
+                       'the rest)')
+    return data, fsdp, tensor
 
 
-def make_mesh_from(config: ml_collections.ConfigDict) -> Mesh:
-  """The ('data', 'fsdp', 'tensor') mesh over all devices (`mesh_shape_from`)."""
-  return sharding_lib.make_mesh(*mesh_shape_from(config))
+def make_mesh(mesh_config: MeshConfig) -> Mesh:
+  """The ('data', 'fsdp', 'tensor') mesh over all devices (`MeshConfig.shape`)."""
+  return sharding_lib.make_mesh(*mesh_config.shape())
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -242,17 +266,19 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 # ----------------------------------------------------------------------------- params
-def init_or_load_params(config: ml_collections.ConfigDict, model_config: qwen_config.QwenConfig,
-                        rng: jax.Array, mesh: Mesh) -> tuple[qwen_config.QwenConfig, Any]:
-  """(QwenConfig, params on `mesh`): `model.hf_checkpoint` when set (each device reads
-  only its slice), else a random init of `model_config` created directly sharded.
+def init_or_load_params(model_config: qwen_config.QwenConfig, rng: jax.Array, mesh: Mesh, *,
+                        hf_checkpoint: str | None,
+                        param_dtype: Any) -> tuple[qwen_config.QwenConfig, Any]:
+  """(QwenConfig, params on `mesh`): the `hf_checkpoint` folder when set (each device
+  reads only its slice, stored as `param_dtype`), else a random init of `model_config`
+  created directly sharded.
 
   Returns the checkpoint's own config (numerics of `model_config` applied) when loading,
   so it equals `model_config_from(config)`.
   """
-  if config.model.hf_checkpoint:
-    loaded_cfg, params = hf_io.load_hf_checkpoint(
-        config.model.hf_checkpoint, dtype=config.model.param_dtype, mesh=mesh)
+  if hf_checkpoint:
+    loaded_cfg, params = hf_io.load_hf_checkpoint(hf_checkpoint, dtype=param_dtype,
+                                                  mesh=mesh)
     return loaded_cfg.replace(dtype=model_config.dtype, param_dtype=model_config.param_dtype,
                               remat=model_config.remat), params
   shardings = sharding_lib.param_shardings(model_config, mesh)
@@ -379,14 +405,14 @@ def generate_fn_for(mesh: Mesh | None) -> Callable[..., sampling.GenerationOutpu
   return generate
 
 
-def process_local_mesh(config: ml_collections.ConfigDict) -> Mesh:
+def process_local_mesh(mesh_config: MeshConfig) -> Mesh:
   """A ('data', 'fsdp', 'tensor') mesh over this process's devices only: where a
   process runs a model on its own inputs (an 'llm' task solver in a multi-process run),
   outside the collective programs. `model.mesh_fsdp * mesh_tensor` is kept when it
   divides the local device count, else all local devices go to 'tensor'."""
   local = jax.local_devices()
   n = len(local)
-  fsdp, tensor = int(config.model.get('mesh_fsdp', 1)), int(config.model.get('mesh_tensor', 1))
+  fsdp, tensor = mesh_config.fsdp, mesh_config.tensor
   if n % (fsdp * tensor):
     fsdp, tensor = 1, n
   return sharding_lib.make_mesh(n // (fsdp * tensor), fsdp, tensor, devices=local)

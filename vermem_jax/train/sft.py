@@ -58,19 +58,14 @@ from absl import logging
 import jax
 import ml_collections
 
-from vermem_jax import config_util
 from vermem_jax.envs import episodes
-from vermem_jax.envs import hotpotqa
 from vermem_jax.envs.sft_data import build as sft_build
-from vermem_jax.envs.sft_data import config as sft_config
-from vermem_jax.memory.config import ExecutorConfig
 from vermem_jax.rl import batching
-from vermem_jax.rl import policy
 from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
-from vermem_jax.train import optim
 from vermem_jax.train import phase_runner
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup as setup_lib
 from vermem_jax.train import sft_eval
 from vermem_jax.train import sft_examples
@@ -80,45 +75,29 @@ PHASE = 'sft'
 COUNTS_FILE = 'sft_data_counts.txt'
 
 
-# ----------------------------------------------------------------------------- config glue
-def _executor_config(config: ml_collections.ConfigDict) -> ExecutorConfig:
-  return config_util.dataclass_from_mapping(ExecutorConfig, config.memory.to_dict(),
-                                            overrides={'phase': config.episodes.op_space})
-
-
-def _sft_data_config(config: ml_collections.ConfigDict) -> sft_config.SFTDataConfig:
-  # The construction seed is the episode seed: the data set does not change with the
-  # run seed (config.seed drives init and shuffling).
-  return sft_config.SFTDataConfig.from_config(
-      config.sft.to_dict(), seed=config.episodes.seed,
-      context_budget=config.memory.context_budget,
-      policy_input_limit=config.memory.policy_input_limit,
-      local_ids=bool(config.memory.get('local_ids', False)),
-      max_doc_sentences=config.episodes.max_doc_sentences,
-      max_doc_tokens=config.episodes.max_doc_tokens)
-
-
-def trajectory_fingerprint(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """Config fields that determine the training trajectory (checked on resume)."""
-  s = config.sft
-  return {'seed': config.seed, 'model': setup_lib.model_identity(config),
-          'train_per_target': s.train_per_target, 'dev_per_target': s.dev_per_target,
-          'learning_rate': s.learning_rate, 'warmup_ratio': s.warmup_ratio,
-          'weight_decay': s.weight_decay, 'max_grad_norm': s.max_grad_norm,
+def trajectory_fingerprint(run: run_setup.RunSetup) -> dict[str, Any]:
+  """The settings that determine the training trajectory (checked on resume; the keys
+  name the config fields as stored by every earlier run)."""
+  s, opt = run.sft, run.sft.opt
+  return {'seed': run.seed, 'model': run.model.identity,
+          'train_per_target': s.data.train_per_target,
+          'dev_per_target': s.data.dev_per_target,
+          'learning_rate': opt.learning_rate, 'warmup_ratio': opt.warmup_ratio,
+          'weight_decay': opt.weight_decay, 'max_grad_norm': opt.max_grad_norm,
           'batch_size': s.batch_size, 'num_epochs': s.num_epochs,
-          'max_steps': s.max_steps, 'episodes_seed': config.episodes.seed,
-          'loss_reduction': s.loss_reduction, 'lr_schedule': s.lr_schedule,
-          'adam': [s.adam_b1, s.adam_b2, s.adam_eps],
-          'template_fraction': s.template_fraction,
-          'teacher_backend': s.teacher_backend,
-          'policy_input_limit': config.memory.policy_input_limit,
-          'context_budget': config.memory.context_budget,
-          'local_ids': bool(config.memory.get('local_ids', False)),
-          'length_group_batches': int(s.get('length_group_batches', 0)),
+          'max_steps': s.max_steps, 'episodes_seed': s.data.seed,
+          'loss_reduction': s.loss_reduction, 'lr_schedule': opt.lr_schedule,
+          'adam': [opt.adam_b1, opt.adam_b2, opt.adam_eps],
+          'template_fraction': s.data.template_fraction,
+          'teacher_backend': s.data.teacher_backend,
+          'policy_input_limit': s.data.policy_input_limit,
+          'context_budget': s.data.context_budget,
+          'local_ids': bool(s.data.local_ids),
+          'length_group_batches': s.length_group_batches,
           # Records longer than the learner shapes are dropped (see sft_examples.tokenize_records).
-          'max_command_tokens': config.sampling.max_command_tokens,
-          'max_sequence_tokens': config.batching.length_buckets[-1],
-          'max_command_bucket': config.batching.command_buckets[-1]}
+          'max_command_tokens': run.sampling.max_command_tokens,
+          'max_sequence_tokens': run.batching.length_buckets[-1],
+          'max_command_bucket': run.batching.command_buckets[-1]}
 
 
 def _check_resume(meta: Mapping[str, Any], fingerprint: Mapping[str, Any],
@@ -160,15 +139,14 @@ class _SFTData:
   dev_batches: list
 
 
-def _build_data(config: ml_collections.ConfigDict, tok: Any, bcfg: batching.BatchingConfig,
-                directory: str, primary: bool) -> _SFTData:
+def _build_data(run: run_setup.RunSetup, tok: Any, directory: str,
+                primary: bool) -> _SFTData:
   """Builds the seeded SFT set (same on every process), prints and stores its counts
   table, and tokenizes it within the learner shapes (dropped records are logged)."""
   def build_set():
-    construction, dev_pool = episodes.load_pools(hotpotqa.DataConfig.from_config(
-        config.data.to_dict()))
+    construction, dev_pool = episodes.load_pools(run.data)
     return sft_build.build_sft_set(construction, dev_pool, count_tokens=tok.count_tokens,
-                                  config=_sft_data_config(config), verbose=False)
+                                  config=run.sft.data, verbose=False)
   # Every process builds the same seeded set (a failure stops all of them together).
   train_records, dev_records, report = distributed.agree(build_set)
   distributed.check_same('the SFT set', distributed.digest(
@@ -181,7 +159,8 @@ def _build_data(config: ml_collections.ConfigDict, tok: Any, bcfg: batching.Batc
     # Printed once (not logged as well, which would show it twice on a terminal).
     print(f'SFT set (also in {os.path.join(directory, COUNTS_FILE)}):\n{table}',
           flush=True)
-  max_cmd = min(bcfg.command_buckets[-1], int(config.sampling.max_command_tokens))
+  bcfg = run.batching
+  max_cmd = min(bcfg.command_buckets[-1], run.sampling.max_command_tokens)
   limits = dict(max_sequence_tokens=bcfg.length_buckets[-1], max_command_tokens=max_cmd)
   train, drop_train = sft_examples.tokenize_records(train_records, tok, **limits)
   dev, drop_dev = sft_examples.tokenize_records(dev_records, tok, **limits)
@@ -199,13 +178,6 @@ def _build_data(config: ml_collections.ConfigDict, tok: Any, bcfg: batching.Batc
   return _SFTData(train, dev, drop_train, drop_dev, train_decisions, lengths, dev_batches)
 
 
-def optimizer_config_from(config: ml_collections.ConfigDict,
-                          total_steps: int) -> optim.OptimizerConfig:
-  """The SFT optimizer (config section `sft`) over `total_steps` steps."""
-  return optim.OptimizerConfig.from_section(config.sft, name='sft',
-                                            total_steps=total_steps)
-
-
 def data_position(step: int, steps_per_epoch: int, seed: int,
                   num_train: int) -> dict[str, int]:
   """Where step `step` stands in the seeded data order (stored in every checkpoint and
@@ -218,18 +190,19 @@ def data_position(step: int, steps_per_epoch: int, seed: int,
 class _SFTPhase:
   """SFT's step, dev evaluation, rows and checkpoint for `phase_runner.PhaseRunner`."""
 
-  def __init__(self, config, runner, data: _SFTData, *, model_cfg, tok, mesh, bcfg, opt,
-               params, opt_state, rng, fingerprint):
-    self.runner, self.data, self.tok, self.mesh, self.bcfg = runner, data, tok, mesh, bcfg
+  def __init__(self, run: run_setup.RunSetup, runner, data: _SFTData, *, model_cfg, tok,
+               mesh, opt, params, opt_state, rng, fingerprint):
+    self.runner, self.data, self.tok, self.mesh = runner, data, tok, mesh
+    self.bcfg = run.batching
     self.model_cfg, self.opt, self.fingerprint = model_cfg, opt, fingerprint
     self.params, self.opt_state, self.rng = params, opt_state, rng
-    self.seed = int(config.seed)
-    self.batch_size = int(config.sft.batch_size)
-    self.groups = int(config.sft.get('length_group_batches', 0))
-    self.reduction = str(config.sft.loss_reduction)
+    self.seed = run.seed
+    self.batch_size = run.sft.batch_size
+    self.groups = run.sft.length_group_batches
+    self.reduction = run.sft.loss_reduction
     self.schedule = sft_step.lr_schedule(opt)
-    self.exec_cfg = _executor_config(config)
-    self.sampling_cfg = policy.PolicySamplingConfig(**config.sampling.to_dict())
+    self.exec_cfg = run.executor
+    self.sampling_cfg = run.sampling
     self.spe = sft_examples.steps_per_epoch(len(data.train), self.batch_size)
     md = runner.metadata
     self.last_dev = dict(md.get('dev_metrics') or {})
@@ -343,7 +316,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   """
   t_start = time.time()
   directory = checkpoints.phase_dir(workdir, PHASE)
-  fingerprint = trajectory_fingerprint(config)
+  run = run_setup.RunSetup.from_config(config)
+  fingerprint = trajectory_fingerprint(run)
   done = _completed_metrics(directory, fingerprint)
   if done is not None:
     logging.info('SFT in %s is complete at step %s; nothing to do', directory,
@@ -351,26 +325,26 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
     done['wall_time_s'] = time.time() - t_start
     return done
   # The model config and tokenizer are checked against each other.
-  model_cfg = setup_lib.model_config_from(config)
-  tok = setup_lib.load_tokenizer_for(config, model_cfg)
-  mesh = setup_lib.make_mesh_from(config)
-  bcfg = batching.BatchingConfig(**config.batching.to_dict())
+  s, model = run.sft, run.model
+  tok = setup_lib.load_tokenizer(model.tokenizer_path, model.config)
+  mesh = setup_lib.make_mesh(model.mesh)
   primary = distributed.is_primary()
-  data = _build_data(config, tok, bcfg, directory, primary)
-  spe = sft_examples.steps_per_epoch(len(data.train), int(config.sft.batch_size))
-  total = (int(config.sft.max_steps) if config.sft.max_steps
-           else spe * int(config.sft.num_epochs))
-  opt = optimizer_config_from(config, total)
-  init_key, rng = jax.random.split(jax.random.PRNGKey(int(config.seed)))
-  model_cfg, params = setup_lib.init_or_load_params(config, model_cfg, init_key, mesh)
+  data = _build_data(run, tok, directory, primary)
+  spe = sft_examples.steps_per_epoch(len(data.train), s.batch_size)
+  total = int(s.max_steps) if s.max_steps else spe * s.num_epochs
+  opt = s.optimizer(total)
+  init_key, rng = jax.random.split(jax.random.PRNGKey(run.seed))
+  model_cfg, params = setup_lib.init_or_load_params(
+      model.config, init_key, mesh, hf_checkpoint=model.hf_checkpoint,
+      param_dtype=model.param_dtype)
   # Sharded like the params (AdamW moments mirror them); the template below carries
   # these shardings, so a restore lands on the same layout.
   opt_state = setup_lib.init_opt_state(sft_step.make_optimizer(opt).init, params, mesh)
-  runner_config = phase_runner.RunnerConfig.from_config(
-      config, name=PHASE, total=total, eval_every=int(config.sft.eval_every),
-      max_consecutive_skips=int(config.sft.max_consecutive_skips), unit='step',
-      epoch_steps=spe if bool(config.sft.eval_each_epoch) else 0)
-  num_train, seed = len(data.train), int(config.seed)
+  runner_config = phase_runner.RunnerConfig(
+      name=PHASE, total=total, eval_every=s.eval_every,
+      max_consecutive_skips=s.max_consecutive_skips, loop=run.loop, unit='step',
+      epoch_steps=spe if s.eval_each_epoch else 0)
+  num_train, seed = len(data.train), run.seed
 
   def check(restored: checkpoints.TrainState) -> None:
     _check_resume({'metadata': restored.metadata}, fingerprint, directory)
@@ -389,9 +363,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       params, opt_state, rng = restored.params, restored.opt_state, restored.rng
       logging.info('SFT resumes from step %d of %d in %s (epoch %d, batch %d)',
                    runner.step, total, directory, *divmod(runner.step, spe))
-    phase = _SFTPhase(config, runner, data, model_cfg=model_cfg, tok=tok, mesh=mesh,
-                      bcfg=bcfg, opt=opt, params=params, opt_state=opt_state, rng=rng,
-                      fingerprint=fingerprint)
+    phase = _SFTPhase(run, runner, data, model_cfg=model_cfg, tok=tok, mesh=mesh, opt=opt,
+                      params=params, opt_state=opt_state, rng=rng, fingerprint=fingerprint)
     step = runner.run(phase, stop=stop_after_step)
     result = phase.final_metrics(step, runner.wall_time(), None)
   result['wall_time_s'] = time.time() - t_start

@@ -137,7 +137,7 @@ def accumulate_micro_batch(params: Any, acc: Mapping[str, Any],
     micro_batch: a `batching.build_batch` / `micro_batches` batch ([B, T] and [B, L]
       arrays; only the STEP_KEYS are read).
     model_config: QwenConfig (static).
-    mesh: the training mesh (`setup.make_mesh_from`): rows are split over
+    mesh: the training mesh (`setup.make_mesh`): rows are split over
       ('data', 'fsdp') and the model's activation constraints apply; None = as placed.
     reduction: `sft.loss_reduction` (module docstring; grpo.NLL_REDUCTIONS).
     loss_chunk_size: command positions per vocabulary chunk of the head and NLL

@@ -45,7 +45,6 @@ RL_ROWS = (('r^task', 'reward/r_task'), ('r^global', 'reward/r_global'),
 # (label, internal_dev key) of the internal-dev rows.
 DEV_ROWS = (('r^task', 'r_task'), ('m^ans', 'm_ans'), ('supporting-fact recall', 'r_sup'),
             ('rejected rate', 'rejected_rate'))
-CLASSES = mcommands.ALL_OPS
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -90,7 +89,7 @@ def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
       f'  exact match             {_fmt(r.get("exact_match"))}',
       f'  dev loss                {_fmt(r.get("dev_loss"))}',
       f'  {"class":<14s} {"tool acc":>8s} {"exact":>7s}   most often predicted instead']
-  for op in CLASSES:
+  for op in mcommands.ALL_OPS:
     acc = r.get(f'tool_accuracy/{op}')
     if acc is None:
       continue

@@ -24,6 +24,7 @@ On the interactive benchmarks (`make_action_solver`) the 'llm' and
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Iterable
 
 import ml_collections
@@ -45,6 +46,49 @@ GOLD_PLAN_LABEL = ('gold-plan solver — STAND-IN, not an LLM: it replays each '
                    'plan, the adapter and the token budget, not the memory policy')
 
 
+@dataclasses.dataclass(frozen=True)
+class SolverSetup:
+  """The task solver's settings (config sections `solver` and `model`), typed once.
+
+  Attributes:
+    backend: one of BACKENDS or ACTION_BACKENDS (checked when the solver is made).
+    config: the generation settings every backend shares.
+    hf_checkpoint: the 'llm' backend's weights: `solver.hf_checkpoint`, else
+      `model.hf_checkpoint` ('' = none: the caller's `solver_params`).
+    checkpoint_field: the config field `hf_checkpoint` came from (errors name it).
+    dtype, param_dtype: the policy's numerics (`model.dtype`, `model.param_dtype`),
+      applied to an 'llm' checkpoint.
+    chat: the 'openai_compatible' endpoint (None for the other backends).
+  """
+  backend: str
+  config: task_solvers.SolverConfig
+  hf_checkpoint: str = ''
+  checkpoint_field: str = 'config.model.hf_checkpoint'
+  dtype: str = 'float32'
+  param_dtype: str = 'float32'
+  chat: http_chat.ChatBackendConfig | None = None
+
+  @classmethod
+  def from_config(cls, config: ml_collections.ConfigDict) -> 'SolverSetup':
+    """From sections `solver` and `model`."""
+    s = config.solver
+    chat = None
+    if s.backend == 'openai_compatible':
+      chat = http_chat.ChatBackendConfig(
+          base_url=s.get('base_url') or '', model=s.get('model') or '',
+          api_key_env=s.api_key_env, timeout_s=float(s.timeout_s),
+          max_concurrency=int(s.max_concurrency), max_retries=int(s.max_retries),
+          section='solver')
+    return cls(backend=str(s.backend),
+               config=config_util.dataclass_from_mapping(task_solvers.SolverConfig,
+                                                         s.to_dict()),
+               hf_checkpoint=str(s.hf_checkpoint or config.model.hf_checkpoint or ''),
+               checkpoint_field=('config.solver.hf_checkpoint' if s.hf_checkpoint
+                                 else 'config.model.hf_checkpoint'),
+               dtype=str(config.model.dtype), param_dtype=str(config.model.param_dtype),
+               chat=chat)
+
+
 def solver_label(config: ml_collections.ConfigDict) -> str:
   """How tables name the run's task solver (the oracle always as a diagnostic)."""
   s = config.solver
@@ -58,100 +102,86 @@ def solver_label(config: ml_collections.ConfigDict) -> str:
   return f'in-process Qwen solver ({path or "the policy parameters"})'
 
 
-def make_task_solver(config: ml_collections.ConfigDict, tokenizer: Any,
-                     label_examples: Iterable[Any], *, solver_params: Any = None,
+def make_task_solver(solver: SolverSetup, tokenizer: Any, label_examples: Iterable[Any], *,
+                     solver_params: Any = None, model_config: Any = None,
                      mesh: Any = None) -> task_solvers.TaskSolver:
-  """The task solver of `config.solver.backend` (module docstring).
+  """The task solver of `solver.backend` (module docstring).
 
   Args:
-    config: experiment config (sections `solver`, `model`).
+    solver: the solver's settings.
     tokenizer: the backbone tokenizer (chat template; TN counts).
     label_examples: HotpotQA examples whose labels the oracle may hold (ignored by
       the other backends).
-    solver_params: 'llm' weights (with the policy's model config) when no checkpoint
-      is configured.
+    solver_params, model_config: 'llm' weights and their QwenConfig (the policy's)
+      when no checkpoint is configured.
     mesh: where an 'llm' checkpoint's parameters are placed.
 
   Raises:
     ValueError: naming the bad field: an unknown backend, an 'llm' solver without
       weights, an HTTP solver without url/model or with an unset key variable.
   """
-  s = config.solver
-  solver_cfg = config_util.dataclass_from_mapping(task_solvers.SolverConfig, s.to_dict())
-  if s.backend == 'oracle':
+  if solver.backend == 'oracle':
     return task_solvers.OracleEvidenceReader.from_examples(list(label_examples),
                                                            tokenizer=tokenizer)
-  if s.backend == 'openai_compatible':
-    return task_solvers.OpenAICompatibleTaskSolver(_chat_client(config), tokenizer,
-                                                   config=solver_cfg)
-  if s.backend != 'llm':
-    raise ValueError(f'config.solver.backend: unknown {s.backend!r}; expected one of '
-                     f'{BACKENDS}')
-  s_cfg, s_params = _llm_weights(config, tokenizer, solver_params, mesh)
-  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver_cfg)
+  if solver.backend == 'openai_compatible':
+    return task_solvers.OpenAICompatibleTaskSolver(_chat_client(solver), tokenizer,
+                                                   config=solver.config)
+  if solver.backend != 'llm':
+    raise ValueError(f'config.solver.backend: unknown {solver.backend!r}; expected one '
+                     f'of {BACKENDS}')
+  s_cfg, s_params = _llm_weights(solver, tokenizer, solver_params, model_config, mesh)
+  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver.config)
 
 
-def make_action_solver(config: ml_collections.ConfigDict, tokenizer: Any,
-                       action_prompt: str, *, solver_params: Any = None,
+def make_action_solver(solver: SolverSetup, tokenizer: Any, action_prompt: str, *,
+                       solver_params: Any = None, model_config: Any = None,
                        mesh: Any = None) -> task_solvers.TaskSolver:
-  """The action solver of an interactive benchmark (`config.solver.backend`):
-  'gold_plan' (an empty `GoldPlanSolver`; the caller adds each instance's plan with
-  `set_plan`), 'llm' or 'openai_compatible' with `ActionPrompt(action_prompt)`.
+  """The action solver of an interactive benchmark (`solver.backend`): 'gold_plan'
+  (an empty `GoldPlanSolver`; the caller adds each instance's plan with `set_plan`),
+  'llm' or 'openai_compatible' with `ActionPrompt(action_prompt)`.
 
   Args:
-    config, tokenizer, solver_params, mesh: as `make_task_solver`.
+    solver, tokenizer, solver_params, model_config, mesh: as `make_task_solver`.
     action_prompt: the benchmark's action rules (`Benchmark.action_prompt`).
 
   Raises:
     ValueError: naming the field: 'oracle' (HotpotQA only) or an unknown backend, an
       'llm' solver without weights, an HTTP solver without url/model.
   """
-  s = config.solver
-  solver_cfg = config_util.dataclass_from_mapping(task_solvers.SolverConfig, s.to_dict())
   prompt = action_solvers.ActionPrompt(action_prompt)
-  if s.backend == 'gold_plan':
+  if solver.backend == 'gold_plan':
     return action_solvers.GoldPlanSolver({}, tokenizer=tokenizer, rules=action_prompt)
-  if s.backend == 'openai_compatible':
+  if solver.backend == 'openai_compatible':
     return task_solvers.OpenAICompatibleTaskSolver(
-        _chat_client(config), tokenizer, config=solver_cfg, messages_fn=prompt.messages,
-        parse_fn=prompt.parse)
-  if s.backend != 'llm':
-    raise ValueError(f'config.solver.backend: {s.backend!r} cannot act in an '
+        _chat_client(solver), tokenizer, config=solver.config,
+        messages_fn=prompt.messages, parse_fn=prompt.parse)
+  if solver.backend != 'llm':
+    raise ValueError(f'config.solver.backend: {solver.backend!r} cannot act in an '
                      f'interactive benchmark; expected one of {ACTION_BACKENDS} (the '
                      'oracle-evidence reader answers HotpotQA questions only)')
-  s_cfg, s_params = _llm_weights(config, tokenizer, solver_params, mesh)
+  s_cfg, s_params = _llm_weights(solver, tokenizer, solver_params, model_config, mesh)
   return action_solvers.llm_action_solver(tokenizer, s_cfg, s_params, action_prompt,
-                                          config=solver_cfg)
+                                          config=solver.config)
 
 
-def _chat_client(config: ml_collections.ConfigDict) -> http_chat.ChatClient:
-  s = config.solver
-  chat = http_chat.ChatBackendConfig(
-      base_url=s.get('base_url') or '', model=s.get('model') or '',
-      api_key_env=s.api_key_env, timeout_s=float(s.timeout_s),
-      max_concurrency=int(s.max_concurrency), max_retries=int(s.max_retries),
-      section='solver')
+def _chat_client(solver: SolverSetup) -> http_chat.ChatClient:
   try:
-    chat.check_endpoint()
+    solver.chat.check_endpoint()
   except ValueError as e:
     raise ValueError(f'config.solver.base_url: {e}') from e
-  return chat.client(require_api_key=True, retry_in_client=True)
+  return solver.chat.client(require_api_key=True, retry_in_client=True)
 
 
-def _llm_weights(config: ml_collections.ConfigDict, tokenizer: Any, solver_params: Any,
-                 mesh: Any) -> tuple[Any, Any]:
+def _llm_weights(solver: SolverSetup, tokenizer: Any, solver_params: Any,
+                 model_config: Any, mesh: Any) -> tuple[Any, Any]:
   """(QwenConfig, params) of the 'llm' solver (module docstring)."""
-  s = config.solver
-  path = s.hf_checkpoint or config.model.hf_checkpoint
-  if path:
-    s_cfg, s_params = hf_io.load_hf_checkpoint(path, dtype=config.model.param_dtype,
-                                               mesh=mesh)
-    s_cfg = s_cfg.replace(dtype=config.model.dtype)
-    field = ('config.solver.hf_checkpoint' if s.hf_checkpoint
-             else 'config.model.hf_checkpoint')
-    setup_lib.check_tokenizer_fits(tokenizer, s_cfg, field=field)
+  if solver.hf_checkpoint:
+    s_cfg, s_params = hf_io.load_hf_checkpoint(solver.hf_checkpoint,
+                                               dtype=solver.param_dtype, mesh=mesh)
+    s_cfg = s_cfg.replace(dtype=solver.dtype)
+    setup_lib.check_tokenizer_fits(tokenizer, s_cfg, field=solver.checkpoint_field)
   elif solver_params is not None:
-    s_cfg, s_params = setup_lib.model_config_from(config), solver_params
+    s_cfg, s_params = model_config, solver_params
   else:
     raise ValueError('config.solver.hf_checkpoint: the llm task solver needs weights '
                      '(set solver.hf_checkpoint or model.hf_checkpoint), or use '

@@ -3,7 +3,7 @@
 Each input gets at most `1 + max_retries` attempts. An attempt fails when the reply
 does not parse (`parsing.VerifierOutputError`; the retry re-asks with the bad reply and
 the reason appended) or when the backend reports a retryable transport failure
-(`BackendError(retryable=True)`; the retry re-sends the same request after a backoff of
+(`http_chat.ChatError(retryable=True)`; the retry re-sends the same request after a backoff of
 `backoff_s * 2**r` seconds for retry round r). Non-retryable failures (e.g. HTTP 401)
 go straight to the fallback. Inputs still unscored at the end get the configured
 fallback (Appendix F.1 leaves it to the protocol), counted in `counters`.
@@ -29,9 +29,6 @@ _LOG = logging.getLogger(__name__)
 MIDPOINT_SCORE = (base.SCORE_MIN + base.SCORE_MAX) // 2
 
 
-# A failed generation request (timeout, HTTP error, connection failure) with its
-# `retryable` flag; one class for every backend (the HTTP client raises it too).
-BackendError = http_chat.ChatError
 
 
 class LLMVerifier(base.Verifier):
@@ -43,7 +40,7 @@ class LLMVerifier(base.Verifier):
     self._sleep = time.sleep  # replaced in tests
 
   @abc.abstractmethod
-  def _complete(self, conversations: list[list[dict]]) -> list[str | BackendError]:
+  def _complete(self, conversations: list[list[dict]]) -> list[str | http_chat.ChatError]:
     """One generation per conversation, in order; failures returned, not raised."""
 
   def _score_local(self, inputs):
@@ -78,7 +75,7 @@ class LLMVerifier(base.Verifier):
       next_pending = []
       transport_failed_last_round = False
       for i, reply in zip(pending, replies):
-        if isinstance(reply, BackendError):
+        if isinstance(reply, http_chat.ChatError):
           self.counters.add("transport_errors")
           _LOG.warning("verifier request failed (attempt %d): %s", attempt + 1, reply)
           if reply.retryable:

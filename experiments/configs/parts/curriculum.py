@@ -1,5 +1,7 @@
 """The curriculum's phases (SPEC §4) and the config scales."""
 
+from vermem_jax.memory import commands
+
 # The curriculum (SPEC §4): θ_SFT -> θ_A -> θ_B -> θ_C; each RL phase's reference policy
 # and initial parameters are the previous phase's.
 PHASE_ORDER = ('sft', 'phase_a', 'phase_b', 'phase_c')
@@ -18,8 +20,9 @@ AGGREGATE_CONFIGS = ('table2',)
 # vermem_jax.train.pretrain): before the curriculum, and outside it.
 PRETRAIN_CONFIG = 'pretrain'
 CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS + AGGREGATE_CONFIGS + (PRETRAIN_CONFIG,)
-# Operation subspace name used by vermem_jax.memory.PHASE_OPS (SPEC §4).
-PHASE_OP_SPACE = {'sft': 'C', 'phase_a': 'A', 'phase_b': 'B', 'phase_c': 'C',
+# Operation subspace (vermem_jax.memory.commands.PHASE_OPS) of every config: the
+# training phases' (SPEC §4); evaluation, aggregation and pretraining use all tools.
+PHASE_OP_SPACE = {**commands.PHASE_OP_SPACE,
                   **{name: 'C' for name in EVAL_CONFIGS + AGGREGATE_CONFIGS
                      + (PRETRAIN_CONFIG,)}}
 SCALES = ('tiny', 'paper')

@@ -16,6 +16,7 @@ from typing import Any
 
 import ml_collections
 
+from experiments.configs.parts import curriculum
 from vermem_jax import config_util
 from vermem_jax import paths
 
@@ -25,7 +26,6 @@ CONFIG_ONLY_KEYS = {
     'data': ('data_dir',),
     'solver': ('backend', 'hf_checkpoint', 'base_url', 'model', 'api_key_env',
                'timeout_s', 'max_retries', 'max_concurrency'),
-    'episodes': ('op_space',),
 }
 
 
@@ -46,9 +46,9 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   """Builds the library dataclasses from their config sections.
 
   Returns:
-    {'data': envs.hotpotqa.DataConfig, 'memory': memory.ExecutorConfig (phase =
-    episodes.op_space), 'advantage': rl.advantages.AdvantageConfig, 'reward':
-    rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
+    {'data': envs.hotpotqa.DataConfig, 'memory': memory.ExecutorConfig (phase = the
+    phase's op space, curriculum.PHASE_OP_SPACE), 'advantage':
+    rl.advantages.AdvantageConfig, 'reward': rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
     envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.spec.ScenarioConfig,
     'env': envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig, 'judge':
     eval.judges.JudgeConfig (section eval.judge)}.
@@ -80,7 +80,7 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   out = {
       'data': build('data', hotpotqa.DataConfig, hotpotqa_dir=hotpotqa_dir(config)),
       'memory': build('memory', memory_config.ExecutorConfig,
-                      phase=config.episodes.op_space),
+                      phase=curriculum.PHASE_OP_SPACE[config.phase]),
       'advantage': build('advantage', advantages.AdvantageConfig),
       'reward': build('reward', rewards.RewardConfig),
       'verifier': build('verifier', verifier_base.VerifierConfig),

@@ -15,7 +15,6 @@ from __future__ import annotations
 import ml_collections
 
 from experiments.configs.parts import benchmarks
-from experiments.configs.parts import curriculum
 from experiments.configs.parts import derived
 from vermem_jax import paths
 
@@ -86,7 +85,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
 
 def _memory(c: ml_collections.ConfigDict) -> None:
   """Memory executor + serialization (SPEC §1–3)."""
-  # Keys = memory.ExecutorConfig fields (its phase comes from episodes.op_space).
+  # Keys = memory.ExecutorConfig fields (its phase, the op space, comes from
+  # curriculum.PHASE_OP_SPACE[config.phase]).
   c.memory = ml_collections.ConfigDict()
   c.memory.context_budget = 2048       # SPEC §1 decision: C_t budget in tokens
   # SPEC §7 decision: a document longer than min(this, context_budget // 4) tokens
@@ -161,7 +161,6 @@ def _batching(c: ml_collections.ConfigDict) -> None:
 def _sft(c: ml_collections.ConfigDict) -> None:
   """SFT (SPEC §4)."""
   c.sft = ml_collections.ConfigDict()
-  c.sft.num_targets = 8                # 7 tools + ∅, exactly balanced
   c.sft.train_per_target = 4000        # SPEC §4
   c.sft.dev_per_target = 500           # SPEC §4
   c.sft.template_fraction = 0.5        # SPEC §4: half boundary templates, half teacher
@@ -222,7 +221,6 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   # Greedy internal-dev episodes run at the phase's start (θ_prev) and end for its
   # summary (train/internal_dev.py; decision: 64 of the 800 dev episodes; 0 = off).
   c.rl.internal_dev_episodes = 64
-  c.rl.reference_phase = curriculum.PREVIOUS_PHASE.get(c.phase) or ''  # SPEC §4 π_ref
   # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
   #   'learner': recomputed in the learner's forward at the rollout temperature under
   #     stop_gradient. One optimizer step per update makes θ = θ_old there, so ρ = 1
@@ -342,11 +340,10 @@ def _solver(c: ml_collections.ConfigDict) -> None:
 
 def _episodes(c: ml_collections.ConfigDict) -> None:
   """Episodes (SPEC §4)."""
-  # Keys = envs.scenarios.spec.ScenarioConfig fields + op_space; rollout_limit and
+  # Keys = envs.scenarios.spec.ScenarioConfig fields; rollout_limit and
   # token_budget also give envs.environment.EnvConfig.
   c.episodes = ml_collections.ConfigDict()
   train, dev = PAPER_EPISODES.get(c.phase, (0, 0))
-  c.episodes.op_space = curriculum.PHASE_OP_SPACE[c.phase]  # SPEC §4 allowed operations
   c.episodes.seed = 0                  # episode RNG seed
   c.episodes.num_train = train         # SPEC §4: A 8000, B 8000, C 12000
   c.episodes.num_dev = dev             # SPEC §4: A 800, B 800, C 1200

@@ -138,7 +138,6 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _check_optimizer(t, 'sft')
   _require(t.loss_reduction in NLL_REDUCTIONS, 'sft.loss_reduction',
            f'{t.loss_reduction!r} not in {NLL_REDUCTIONS}')
-  _require(t.num_targets == 8, 'sft.num_targets', 'SPEC §4 has 8 targets (7 tools + ∅)')
   _require(isinstance(t.length_group_batches, int) and t.length_group_batches >= 0,
            'sft.length_group_batches', f'must be an int >= 0 (0: no length grouping), '
            f'got {t.length_group_batches!r}')
@@ -203,9 +202,6 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
            f'must be an int >= 0 (0 = off), got {r.internal_dev_episodes!r}')
   _require(r.old_logprobs in OLD_LOGPROBS_SOURCES, 'rl.old_logprobs',
            f'{r.old_logprobs!r} not in {OLD_LOGPROBS_SOURCES}')
-  previous = curriculum.PREVIOUS_PHASE.get(config.phase)
-  _require(r.reference_phase == (previous or ''), 'rl.reference_phase',
-           f'{config.phase} uses {previous!r} as π_ref (SPEC §4)')
   _require(isinstance(r.eval_every, int) and r.eval_every >= 1, 'rl.eval_every',
            f'must be an int >= 1 (updates between internal-dev scores), got '
            f'{r.eval_every!r}')
@@ -244,10 +240,6 @@ def _check_solver(config: ml_collections.ConfigDict) -> None:
 
 def _check_episodes(config: ml_collections.ConfigDict) -> None:
   e, m, r = config.episodes, config.memory, config.rl
-  op_space = curriculum.PHASE_OP_SPACE[config.phase]
-  _require(e.op_space in ('A', 'B', 'C'), 'episodes.op_space', "expected 'A', 'B' or 'C'")
-  _require(e.op_space == op_space, 'episodes.op_space',
-           f'{config.phase} trains op space {op_space!r} (SPEC §4)')
   _require(e.context_budget == m.context_budget, 'episodes.context_budget',
            f'{e.context_budget} != memory.context_budget {m.context_budget}')
   _require(e.max_doc_tokens == m.max_doc_tokens, 'episodes.max_doc_tokens',

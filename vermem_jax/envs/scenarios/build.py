@@ -18,9 +18,9 @@ from vermem_jax.envs.scenarios import phase_b
 from vermem_jax.envs.scenarios import phase_c
 from vermem_jax.envs.scenarios.generator_parts import Skip, query_obs
 from vermem_jax.envs.scenarios.initial_state import TASK_STATES
-from vermem_jax.envs.scenarios.spec import (CONTEXT_FROM_LTM, FAMILIES, PHASES,
-                                            DelayedQuery, ScenarioConfig,
-                                            ScenarioSpec)
+from vermem_jax.envs.episode_types import SOLVER_READS_LTM
+from vermem_jax.envs.scenarios.spec import (FAMILIES, PHASES, DelayedQuery,
+                                            ScenarioConfig, ScenarioSpec)
 from vermem_jax.envs.scenarios.views import build_view
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import executor as mexec
@@ -111,7 +111,7 @@ def build_episode(example, phase, family, *, count_tokens, config=ScenarioConfig
                        observation_index=len(observations) - 1)
   # Phase A poses the query last and the solver reads LTM from then on; in B and C the
   # solver works on C_t from the first decision (the last observation re-poses q).
-  answer_from = len(observations) if source == CONTEXT_FROM_LTM else 0
+  answer_from = len(observations) if source == SOLVER_READS_LTM else 0
   return ScenarioSpec(
       episode_id=episode_id or f'{phase}:{split}:{example.id}:{family}',
       example=example, initial_state=state, observations=tuple(observations),

@@ -8,8 +8,8 @@ share one contract:
         episode's random.Random; count_tokens: `str -> int` backbone token counter
         (tokens); cfg: spec.ScenarioConfig.
       returns (StateBuilder, schedule: list of environment.Observation, reference
-        Command, is_recovery: bool, answer context: spec.CONTEXT_FROM_LTM (Phase A)
-        or spec.CONTEXT_FROM_ACTIVE (B, C));
+        Command, is_recovery: bool, answer context: episode_types.SOLVER_READS_LTM (Phase A)
+        or episode_types.SOLVER_READS_CONTEXT (B, C));
       raises `Skip` when the family does not apply to the example (no number to
       correct, too few documents, nothing fits the budget).
 

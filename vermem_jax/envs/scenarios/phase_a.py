@@ -5,16 +5,16 @@ at a time, interleaved with distractor sentences (and, in `add`, a repeated fact
 holds the family's persistent state: nothing (`add`), stale versions of facts that
 later observations correct (`update`), an obsolete or duplicated entry beside the
 supported one (`delete`), or every fact already stored (`null`). The delayed query is
-answered from what LTM holds (`spec.CONTEXT_FROM_LTM`).
+answered from what LTM holds (`episode_types.SOLVER_READS_LTM`).
 """
 
 from __future__ import annotations
 
+from vermem_jax.envs.episode_types import SOLVER_READS_LTM
 from vermem_jax.envs.scenarios.generator_parts import (Skip, distractor_sentences,
                                                        fact_obs, interleave)
 from vermem_jax.envs.scenarios.initial_state import TASK_STATES, StateBuilder
 from vermem_jax.envs.scenarios.perturbations import stale_version
-from vermem_jax.envs.scenarios.spec import CONTEXT_FROM_LTM
 from vermem_jax.memory import commands as cmds
 
 
@@ -92,4 +92,4 @@ def generate(view, family, rng, count_tokens, cfg):
                           distractor_sentences(view, rng, cfg.phase_a_distractors))
   else:
     raise ValueError(f'unknown Phase A family {family!r}')
-  return b, schedule, ref, False, CONTEXT_FROM_LTM
+  return b, schedule, ref, False, SOLVER_READS_LTM

@@ -6,19 +6,19 @@ evidence stored only in M (`retrieve`), distractors beside the evidence in C
 (`filter`), evidence only in earlier history with related distractors more recent
 (`select_episode`, the recovery case), long evidence documents (`summarize`),
 evidence already compact in C (`null`). The solver reads C_t
-(`spec.CONTEXT_FROM_ACTIVE`).
+(`episode_types.SOLVER_READS_CONTEXT`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from vermem_jax.envs.episode_types import SOLVER_READS_CONTEXT
 from vermem_jax.envs.scenarios.generator_parts import (Skip, budget_and_cap,
                                                        capped_docs, doc_obs,
                                                        fill_distractors)
 from vermem_jax.envs.scenarios.initial_state import (CONTINUE_ACTION, TASK_STATES,
                                                      StateBuilder, fits)
-from vermem_jax.envs.scenarios.spec import CONTEXT_FROM_ACTIVE
 from vermem_jax.memory import commands as cmds
 
 
@@ -110,4 +110,4 @@ def generate(view, family, rng, count_tokens, cfg):
     ref = cmds.Command(cmds.NULL)
   else:
     raise ValueError(f'unknown Phase B family {family!r}')
-  return b, tail, ref, recovery, CONTEXT_FROM_ACTIVE
+  return b, tail, ref, recovery, SOLVER_READS_CONTEXT

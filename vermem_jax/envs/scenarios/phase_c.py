@@ -3,18 +3,18 @@
 SPEC §4, paper Appendix D.4 (Phase C) and F.8. Families `add_retrieve`,
 `update_filter`, `delete_select` (a recovery case: the evidence is only in H) and
 `add_summarize`; documents arrive sequentially. The solver reads C_t
-(`spec.CONTEXT_FROM_ACTIVE`), so a stale M_0 entry matters once retrieved into C.
+(`episode_types.SOLVER_READS_CONTEXT`), so a stale M_0 entry matters once retrieved into C.
 """
 
 from __future__ import annotations
 
+from vermem_jax.envs.episode_types import SOLVER_READS_CONTEXT
 from vermem_jax.envs.scenarios.generator_parts import (Skip, budget_and_cap,
                                                        capped_docs, doc_obs,
                                                        fill_distractors, interleave)
 from vermem_jax.envs.scenarios.initial_state import (CONTINUE_ACTION, TASK_STATES,
                                                      StateBuilder, fits)
 from vermem_jax.envs.scenarios.perturbations import stale_version
-from vermem_jax.envs.scenarios.spec import CONTEXT_FROM_ACTIVE
 from vermem_jax.memory import commands as cmds
 
 
@@ -103,4 +103,4 @@ def generate(view, family, rng, count_tokens, cfg):
     schedule = [doc_obs(d) for d in related[:2]]
   else:
     raise ValueError(f'unknown Phase C family {family!r}')
-  return b, schedule, ref, recovery, CONTEXT_FROM_ACTIVE
+  return b, schedule, ref, recovery, SOLVER_READS_CONTEXT

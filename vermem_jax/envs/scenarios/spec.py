@@ -24,9 +24,6 @@ FAMILIES = {
     'C': ('add_retrieve', 'update_filter', 'delete_select', 'add_summarize'),
 }
 
-# Where the solver's final context comes from when the delayed query is posed.
-CONTEXT_FROM_LTM = episode_types.SOLVER_READS_LTM  # Phase A (D.4 "delayed query")
-CONTEXT_FROM_ACTIVE = episode_types.SOLVER_READS_CONTEXT  # Phase B/C: C_t
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,7 @@ teacher may fill part of each class (`teacher`, off by default).
 
 Modules (`envs.episodes` loads the pools this package draws from):
   config          SFTDataConfig (config section `sft`).
-  records         TARGETS, SFTRecord, SFTBuildReport.
+  records         SFTRecord, SFTBuildReport.
   templates       Template and the registry TEMPLATES (which op, boundary or not, which
                   phases), templates_for.
   template_kit    what the templates share (document caps, the state builder, pick).

@@ -17,7 +17,7 @@ import random
 from vermem_jax.envs.scenarios.views import build_view
 from vermem_jax.envs.sft_data.config import SFTDataConfig
 from vermem_jax.envs.sft_data.filters import check_candidate, dedupe_key
-from vermem_jax.envs.sft_data.records import TARGETS, SFTBuildReport, SFTRecord
+from vermem_jax.envs.sft_data.records import SFTBuildReport, SFTRecord
 from vermem_jax.envs.sft_data.teacher import (OpenAICompatibleTeacher, TeacherError,
                                               teacher_messages)
 from vermem_jax.envs.sft_data.template_kit import pick
@@ -50,7 +50,7 @@ def _build_split(examples, split, n_per_target, config, count_tokens, teacher,
   n_boundary = math.ceil(n_per_target * config.boundary_fraction)
   n_teacher = int(round(n_per_target * config.teacher_fraction)) if teacher else 0
   seen = set()
-  for op in TARGETS:
+  for op in cmds.ALL_OPS:
     order = list(range(len(examples)))
     random.Random(f'{config.seed}:sft:{split}:{op}:order').shuffle(order)
     got = {True: 0, False: 0}
@@ -144,7 +144,7 @@ def build_sft_set(construction, dev, *, count_tokens, config=SFTDataConfig(),
 
   Returns:
     (train_records, dev_records, SFTBuildReport). Each split holds exactly
-    `*_per_target` records of every target in TARGETS, in target order.
+    `*_per_target` records of every target in cmds.ALL_OPS, in target order.
 
   Raises:
     ValueError: an empty pool, or a class cannot be filled from the pool.

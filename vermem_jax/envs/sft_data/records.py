@@ -1,6 +1,6 @@
 """SFT records (x_i, u*_i) and the build report (SPEC §4, paper D.3).
 
-`TARGETS` are the eight classes of the set: the seven tools and ∅ ('Null'), exactly
+`cmds.ALL_OPS` are the eight classes of the set: the seven tools and ∅ ('Null'), exactly
 balanced per split.
 """
 
@@ -12,8 +12,6 @@ import dataclasses
 from vermem_jax.memory import commands as cmds
 from vermem_jax.memory import state as mstate
 
-TARGETS = cmds.ALL_OPS  # 7 tools + ∅ ('Null'), SPEC §4
-
 
 @dataclasses.dataclass(frozen=True)
 class SFTRecord:
@@ -22,7 +20,7 @@ class SFTRecord:
   Attributes:
     policy_input: x_i = g(s_i) (the prompt; no loss on it).
     target: u*_i as canonical command text (the only tokens with loss).
-    op: target op name (one of TARGETS).
+    op: target op name (one of cmds.ALL_OPS).
     template: name of the template that built the state.
     is_boundary: s_i is a boundary/negative state (a confusable op is wrong here).
     example_id: HotpotQA question id.
@@ -79,7 +77,7 @@ class SFTBuildReport:
       lines.append(f'{s:<6} {op:<14} {t:<28} {src:<9} {n:>6}')
     for split in sorted({k[0] for k in self.counts}):
       per = self.per_target(split)
-      lines.append(f'{split}: ' + ', '.join(f'{op}={per[op]}' for op in TARGETS))
+      lines.append(f'{split}: ' + ', '.join(f'{op}={per[op]}' for op in cmds.ALL_OPS))
     lines.append(f'attempts={self.attempts} duplicates={self.duplicates} '
                  f'filter_failures={dict(self.filter_failures)} '
                  f'teacher: requests={self.teacher_requests} '

@@ -51,7 +51,7 @@ class Template:
 
   Attributes:
     name: template name (records, the count table).
-    op: target op (one of TARGETS).
+    op: target op (one of memory.commands.ALL_OPS).
     is_boundary: builds boundary/negative states (a confusable op is wrong there).
     phases: op subspaces ('A' | 'B' | 'C') the state may be shown under.
     build: (view: scenarios.views.ExampleView, rng: random.Random, count_tokens,
