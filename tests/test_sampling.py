@@ -157,50 +157,6 @@ def test_sampled_logprobs_are_the_nucleus_distribution(params, prompts):
   assert not np.array_equal(other.tokens, tokens)
 
 
-@pytest.mark.parametrize('candidates', [8, 32, 256])
-def test_top_p_on_fixed_logits_matches_numpy(candidates):
-  # 8 candidates < nucleus size: exact full-vocabulary path; 32: top-k fast path with
-  # tokens left outside; 256 >= vocab: top-k over everything.
-  rs = np.random.RandomState(7)
-  logits = (2.0 * rs.randn(64)).astype(np.float32)
-  temperature, top_p = 1.3, 0.8
-  ref = _log_softmax(logits.astype(np.float64) / temperature)
-  keep = _np_nucleus(ref, top_p)
-  assert 8 < keep.sum() < 32
-  mask = sampling.nucleus_mask(jnp.asarray(ref, jnp.float32)[None], jnp.float32(top_p))
-  np.testing.assert_array_equal(np.asarray(mask)[0], keep)
-
-  rows = 4096
-  sample = jax.jit(functools.partial(sampling.sample_tokens, do_sample=True,
-                                     candidates=candidates))
-  tiled = jnp.tile(jnp.asarray(logits)[None], (rows, 1))
-  tokens, lps = sample(tiled, jax.random.PRNGKey(0), jnp.float32(temperature),
-                       jnp.float32(top_p))
-  tokens, lps = np.asarray(tokens), np.asarray(lps)
-  assert keep[tokens].all()  # only nucleus tokens are ever emitted
-  renorm = np.full(64, -np.inf)
-  renorm[keep] = ref[keep] - np.log(np.exp(ref[keep]).sum())
-  np.testing.assert_allclose(lps, renorm[tokens], atol=1e-5)
-  freq = np.bincount(tokens, minlength=64) / rows
-  assert 0.5 * np.abs(freq - np.exp(renorm)).sum() < 0.05  # total variation
-  again, _ = sample(tiled, jax.random.PRNGKey(0), jnp.float32(temperature),
-                    jnp.float32(top_p))
-  np.testing.assert_array_equal(again, tokens)
-  # top_p = 1 keeps the whole vocabulary.
-  assert bool(jnp.all(sampling.nucleus_mask(jnp.asarray(ref)[None], jnp.float32(1.0))))
-  all_tokens, _ = sample(tiled, jax.random.PRNGKey(1), jnp.float32(temperature),
-                         jnp.float32(1.0))
-  assert len(np.unique(np.asarray(all_tokens))) > keep.sum()
-
-
-def test_nucleus_cutoff_with_ties():
-  probs = jnp.asarray([[0.3, 0.2, 0.2, 0.2, 0.1]], jnp.float32)
-  # 0.3 + 0.2 reaches 0.45; the tied 0.2s are kept too.
-  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.45)), [0.2])
-  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.3)), [0.3])
-  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.95)), [0.1])
-
-
 def test_compiles_once_per_bucket(params):
   # max_new_tokens=3 is used by no other test, so every program here is new.
   rs = np.random.RandomState(5)
