@@ -290,7 +290,8 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
   the cache, final norm included, no head; (b) the head alone: the vocabulary
   projection of the last hidden state and the greedy pick (vermem_jax: the decode
   step's `sampling.next_tokens`, token and log-probability in one pass over the
-  vocabulary; torch: lm_head then argmax, no log-probability). Medians of 3 rounds,
+  vocabulary; torch: lm_head then argmax, no log-probability); (c) vermem_jax's sampled
+  head of a rollout step (temperature 0.7, top_p 0.95). Medians of 3 rounds,
   interleaved. Prints each vermem_jax / torch ratio of the same dtype with the CPU's
   model and bf16 flags.
   """
@@ -320,6 +321,9 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
     # What a greedy decode step runs: the fused vocabulary head, token + log-prob.
     head = jax.jit(lambda p, h, config=config: sampling.next_tokens(
         config, p, h, None, None, None, do_sample=False))
+    # A rollout step's sampled head (SPEC §4: temperature 0.7, top_p 0.95).
+    sample = jax.jit(lambda p, h, key, config=config: sampling.next_tokens(
+        config, p, h, key, jnp.float32(0.7), jnp.float32(0.95), do_sample=True))
     hidden, _ = body(params, tok, cache)
     hidden = hidden[:, 0]
 
@@ -333,7 +337,13 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
       for _ in range(steps):
         out = head(params, hidden)
       jax.block_until_ready(out)
+
+    def run_sample(sample=sample, hidden=hidden):
+      for i in range(steps):
+        out = sample(params, hidden, jax.random.PRNGKey(i))
+      jax.block_until_ready(out)
     fns[f"{name} body"], fns[f"{name} head+pick"] = run_body, run_head
+    fns[f"{name} head+sample"] = run_sample
   for name, tm in torch_models.items():
     tm.eval()
     with torch.no_grad():
@@ -365,6 +375,9 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
     body_ms, head_ms = out[f"{fw} body"], out[f"{fw} head+pick"]
     print(f"  {fw:18s} body {body_ms:8.2f} ms   head+pick {head_ms:8.2f} ms   "
           f"head share {100 * head_ms / (body_ms + head_ms):5.1f}%")
+    if f"{fw} head+sample" in out:
+      print(f"  {fw:18s} head+sample (T 0.7, top_p 0.95) {out[f'{fw} head+sample']:8.2f} ms"
+            " (random weights: a wide nucleus, so the exact path runs)")
   for ours in [n for n in configs if f"{n} body" in out]:
     ref = "torch[" + ours.split("[", 1)[1]
     if f"{ref} body" not in out:
