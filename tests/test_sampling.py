@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vermem_jax.models import decode_head
 from vermem_jax.models import qwen
 from vermem_jax.models import sampling
 from vermem_jax.models.qwen_config import QwenConfig
@@ -33,12 +34,12 @@ def _full_logits(config, params, ids):
   return qwen.Qwen(config).apply({'params': params}, ids)
 
 
-def _reference_logits(params, seqs):
+def _reference_logits(params, seqs, config=CFG):
   """Full-forward float32 logits [B, V] at the last token of each sequence."""
   ids = np.zeros((len(seqs), REF_LEN), np.int32)
   for i, s in enumerate(seqs):
     ids[i, :len(s)] = s
-  logits = np.asarray(_full_logits(CFG, params, jnp.asarray(ids)))
+  logits = np.asarray(_full_logits(config, params, jnp.asarray(ids)))
   return np.stack([logits[i, len(s) - 1] for i, s in enumerate(seqs)])
 
 
@@ -236,6 +237,40 @@ def test_prompt_buckets_errors(buckets, length, match):
   with pytest.raises(ValueError, match=match):
     sampling.generate(CFG, {}, [[1] * length], rng=0, max_new_tokens=4,
                       prompt_buckets=buckets)
+
+
+def test_vocabulary_in_chunks_greedy_and_sampled_match_full_forwards(prompts):
+  # A vocabulary of two CPU chunks (the second shorter) and an untied lm_head: the
+  # fused head inside the decode loop picks what the full forward's logits give.
+  config = CFG.replace(vocab_size=decode_head.VOCAB_CHUNK + 808,
+                       tie_word_embeddings=False)
+  assert decode_head.vocab_chunk(config.vocab_size) == decode_head.VOCAB_CHUNK
+  params = _params(config, seed=2)
+  steps = 4
+  greedy = sampling.generate(config, params, prompts[:2], rng=0, max_new_tokens=steps,
+                             temperature=0.0, top_p=1.0, stop_token_ids=())
+  temperature, top_p = 0.7, 0.9
+  sampled = sampling.generate(config, params, prompts[:2], rng=jax.random.PRNGKey(1),
+                              max_new_tokens=steps, temperature=temperature,
+                              top_p=top_p, stop_token_ids=())
+  for out, t in ((greedy, 0.0), (sampled, temperature)):
+    tokens, logprobs = np.asarray(out.tokens), np.asarray(out.logprobs)
+    seqs = [list(p) for p in prompts[:2]]
+    for step in range(steps):
+      logits = _reference_logits(params, seqs, config)
+      for b in range(2):
+        tok = tokens[b, step]
+        if t == 0.0:
+          ref = _log_softmax(logits[b])
+          assert tok == ref.argmax()
+          np.testing.assert_allclose(logprobs[b, step], ref[tok], atol=1e-4)
+        else:
+          ref = _log_softmax(logits[b] / t)
+          keep = _np_nucleus(ref, top_p)
+          assert 1 < keep.sum() < config.vocab_size and keep[tok]
+          np.testing.assert_allclose(
+              logprobs[b, step], ref[tok] - np.log(np.exp(ref[keep]).sum()), atol=1e-4)
+        seqs[b].append(int(tok))
 
 
 @pytest.mark.parametrize('temperature', [0.0, 0.9])
