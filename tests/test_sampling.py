@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vermem_jax.models import decode_head
 from vermem_jax.models import qwen
 from vermem_jax.models import sampling
 from vermem_jax.models.qwen_config import QwenConfig
@@ -33,12 +34,12 @@ def _full_logits(config, params, ids):
   return qwen.Qwen(config).apply({'params': params}, ids)
 
 
-def _reference_logits(params, seqs):
+def _reference_logits(params, seqs, config=CFG):
   """Full-forward float32 logits [B, V] at the last token of each sequence."""
   ids = np.zeros((len(seqs), REF_LEN), np.int32)
   for i, s in enumerate(seqs):
     ids[i, :len(s)] = s
-  logits = np.asarray(_full_logits(CFG, params, jnp.asarray(ids)))
+  logits = np.asarray(_full_logits(config, params, jnp.asarray(ids)))
   return np.stack([logits[i, len(s) - 1] for i, s in enumerate(seqs)])
 
 
@@ -157,50 +158,6 @@ def test_sampled_logprobs_are_the_nucleus_distribution(params, prompts):
   assert not np.array_equal(other.tokens, tokens)
 
 
-@pytest.mark.parametrize('candidates', [8, 32, 256])
-def test_top_p_on_fixed_logits_matches_numpy(candidates):
-  # 8 candidates < nucleus size: exact full-vocabulary path; 32: top-k fast path with
-  # tokens left outside; 256 >= vocab: top-k over everything.
-  rs = np.random.RandomState(7)
-  logits = (2.0 * rs.randn(64)).astype(np.float32)
-  temperature, top_p = 1.3, 0.8
-  ref = _log_softmax(logits.astype(np.float64) / temperature)
-  keep = _np_nucleus(ref, top_p)
-  assert 8 < keep.sum() < 32
-  mask = sampling.nucleus_mask(jnp.asarray(ref, jnp.float32)[None], jnp.float32(top_p))
-  np.testing.assert_array_equal(np.asarray(mask)[0], keep)
-
-  rows = 4096
-  sample = jax.jit(functools.partial(sampling.sample_tokens, do_sample=True,
-                                     candidates=candidates))
-  tiled = jnp.tile(jnp.asarray(logits)[None], (rows, 1))
-  tokens, lps = sample(tiled, jax.random.PRNGKey(0), jnp.float32(temperature),
-                       jnp.float32(top_p))
-  tokens, lps = np.asarray(tokens), np.asarray(lps)
-  assert keep[tokens].all()  # only nucleus tokens are ever emitted
-  renorm = np.full(64, -np.inf)
-  renorm[keep] = ref[keep] - np.log(np.exp(ref[keep]).sum())
-  np.testing.assert_allclose(lps, renorm[tokens], atol=1e-5)
-  freq = np.bincount(tokens, minlength=64) / rows
-  assert 0.5 * np.abs(freq - np.exp(renorm)).sum() < 0.05  # total variation
-  again, _ = sample(tiled, jax.random.PRNGKey(0), jnp.float32(temperature),
-                    jnp.float32(top_p))
-  np.testing.assert_array_equal(again, tokens)
-  # top_p = 1 keeps the whole vocabulary.
-  assert bool(jnp.all(sampling.nucleus_mask(jnp.asarray(ref)[None], jnp.float32(1.0))))
-  all_tokens, _ = sample(tiled, jax.random.PRNGKey(1), jnp.float32(temperature),
-                         jnp.float32(1.0))
-  assert len(np.unique(np.asarray(all_tokens))) > keep.sum()
-
-
-def test_nucleus_cutoff_with_ties():
-  probs = jnp.asarray([[0.3, 0.2, 0.2, 0.2, 0.1]], jnp.float32)
-  # 0.3 + 0.2 reaches 0.45; the tied 0.2s are kept too.
-  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.45)), [0.2])
-  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.3)), [0.3])
-  np.testing.assert_allclose(sampling.nucleus_cutoff(probs, jnp.float32(0.95)), [0.1])
-
-
 def test_compiles_once_per_bucket(params):
   # max_new_tokens=3 is used by no other test, so every program here is new.
   rs = np.random.RandomState(5)
@@ -280,6 +237,40 @@ def test_prompt_buckets_errors(buckets, length, match):
   with pytest.raises(ValueError, match=match):
     sampling.generate(CFG, {}, [[1] * length], rng=0, max_new_tokens=4,
                       prompt_buckets=buckets)
+
+
+def test_vocabulary_in_chunks_greedy_and_sampled_match_full_forwards(prompts):
+  # A vocabulary of two CPU chunks (the second shorter) and an untied lm_head: the
+  # fused head inside the decode loop picks what the full forward's logits give.
+  config = CFG.replace(vocab_size=decode_head.VOCAB_CHUNK + 808,
+                       tie_word_embeddings=False)
+  assert decode_head.vocab_chunk(config.vocab_size) == decode_head.VOCAB_CHUNK
+  params = _params(config, seed=2)
+  steps = 4
+  greedy = sampling.generate(config, params, prompts[:2], rng=0, max_new_tokens=steps,
+                             temperature=0.0, top_p=1.0, stop_token_ids=())
+  temperature, top_p = 0.7, 0.9
+  sampled = sampling.generate(config, params, prompts[:2], rng=jax.random.PRNGKey(1),
+                              max_new_tokens=steps, temperature=temperature,
+                              top_p=top_p, stop_token_ids=())
+  for out, t in ((greedy, 0.0), (sampled, temperature)):
+    tokens, logprobs = np.asarray(out.tokens), np.asarray(out.logprobs)
+    seqs = [list(p) for p in prompts[:2]]
+    for step in range(steps):
+      logits = _reference_logits(params, seqs, config)
+      for b in range(2):
+        tok = tokens[b, step]
+        if t == 0.0:
+          ref = _log_softmax(logits[b])
+          assert tok == ref.argmax()
+          np.testing.assert_allclose(logprobs[b, step], ref[tok], atol=1e-4)
+        else:
+          ref = _log_softmax(logits[b] / t)
+          keep = _np_nucleus(ref, top_p)
+          assert 1 < keep.sum() < config.vocab_size and keep[tok]
+          np.testing.assert_allclose(
+              logprobs[b, step], ref[tok] - np.log(np.exp(ref[keep]).sum()), atol=1e-4)
+        seqs[b].append(int(tok))
 
 
 @pytest.mark.parametrize('temperature', [0.0, 0.9])

@@ -21,6 +21,8 @@ the median is reported. The PyTorch model is the vermem_jax model exported with
   * decode profile (--profile, default on): one decode step split into the transformer
     body (layers with the KV cache) and the head (vocabulary projection + greedy pick)
     for both frameworks, which shows what bounds decoding at this size.
+Every vermem_jax / torch ratio is printed with the CPU's model and bf16 flags
+(avx512f, avx512_bf16, amx_bf16): torch's bfloat16 speed depends on them.
 Goals, like for like (bfloat16 compute on both sides): train step >= 1.5x and decode
 >= 2x transformers eager at batch 64. --out writes every figure as JSON.
 
@@ -286,8 +288,12 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
   One prefilled KV cache per framework (prompt_len tokens, batch rows); then
   `--profile_steps` steps of (a) the body alone: one token through every layer with
   the cache, final norm included, no head; (b) the head alone: the vocabulary
-  projection of the last hidden state and the greedy pick (top-1). Medians of 3
-  rounds, interleaved.
+  projection of the last hidden state and the greedy pick (vermem_jax: the decode
+  step's `sampling.next_tokens`, token and log-probability in one pass over the
+  vocabulary; torch: lm_head then argmax, no log-probability); (c) vermem_jax's sampled
+  head of a rollout step (temperature 0.7, top_p 0.95). Medians of 3 rounds,
+  interleaved. Prints each vermem_jax / torch ratio of the same dtype with the CPU's
+  model and bf16 flags.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
@@ -296,6 +302,7 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
   import torch  # pylint: disable=g-import-not-at-top
   from vermem_jax.models import qwen  # pylint: disable=g-import-not-at-top
   from vermem_jax.models import kv_cache  # pylint: disable=g-import-not-at-top
+  from vermem_jax.models import sampling  # pylint: disable=g-import-not-at-top
   # transformers 5 renames past_key_values; the old name still works everywhere.
   warnings.filterwarnings("ignore", message=".*past_key_values.*")
   steps = _PROFILE_STEPS.value
@@ -311,8 +318,12 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
     tok = jnp.zeros((batch, 1), jnp.int32)
     body = jax.jit(lambda p, t, c, model=model: model.apply(
         {"params": p}, t, cache=c, return_hidden=True))
-    head = jax.jit(lambda p, h, config=config: jax.lax.top_k(
-        qwen.lm_head_logits(config, p, h), 1)[1])
+    # What a greedy decode step runs: the fused vocabulary head, token + log-prob.
+    head = jax.jit(lambda p, h, config=config: sampling.next_tokens(
+        config, p, h, None, None, None, do_sample=False))
+    # A rollout step's sampled head (SPEC §4: temperature 0.7, top_p 0.95).
+    sample = jax.jit(lambda p, h, key, config=config: sampling.next_tokens(
+        config, p, h, key, jnp.float32(0.7), jnp.float32(0.95), do_sample=True))
     hidden, _ = body(params, tok, cache)
     hidden = hidden[:, 0]
 
@@ -326,7 +337,13 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
       for _ in range(steps):
         out = head(params, hidden)
       jax.block_until_ready(out)
+
+    def run_sample(sample=sample, hidden=hidden):
+      for i in range(steps):
+        out = sample(params, hidden, jax.random.PRNGKey(i))
+      jax.block_until_ready(out)
     fns[f"{name} body"], fns[f"{name} head+pick"] = run_body, run_head
+    fns[f"{name} head+sample"] = run_sample
   for name, tm in torch_models.items():
     tm.eval()
     with torch.no_grad():
@@ -347,9 +364,10 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
           tm.lm_head(last).argmax(-1)
     fns[f"{name} body"], fns[f"{name} head+pick"] = run_body_t, run_head_t
   timed = _interleaved(fns, 3)
+  cpu = bench_common.cpu_description()
   print(f"\ndecode profile: batch {batch}, cache of {prompt_len} tokens, ms per step "
-        "(body = layers with KV cache; head+pick = vocabulary projection + top-1) on "
-        f"{bench_common.cpu_description()}")
+        "(body = layers with KV cache; head+pick = vocabulary projection + greedy "
+        f"pick, vermem_jax's with the log-prob) on {cpu}")
   out = {}
   for name, (_, med) in timed.items():
     out[name] = 1e3 * med / steps
@@ -357,6 +375,17 @@ def _decode_profile(configs, params, torch_models, batch, prompt_len):
     body_ms, head_ms = out[f"{fw} body"], out[f"{fw} head+pick"]
     print(f"  {fw:18s} body {body_ms:8.2f} ms   head+pick {head_ms:8.2f} ms   "
           f"head share {100 * head_ms / (body_ms + head_ms):5.1f}%")
+    if f"{fw} head+sample" in out:
+      print(f"  {fw:18s} head+sample (T 0.7, top_p 0.95) {out[f'{fw} head+sample']:8.2f} ms"
+            " (random weights: a wide nucleus, so the exact path runs)")
+  for ours in [n for n in configs if f"{n} body" in out]:
+    ref = "torch[" + ours.split("[", 1)[1]
+    if f"{ref} body" not in out:
+      continue
+    for part in ("body", "head+pick"):
+      ratio = out[f"{ref} {part}"] / out[f"{ours} {part}"]
+      out[f"ratio {ours}/{ref} {part}"] = ratio
+      print(f"  ratio {part} speed {ours} / {ref}: {ratio:.2f}x  on {cpu}")
   return out
 
 

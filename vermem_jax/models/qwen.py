@@ -9,7 +9,7 @@ Qwen2/2.5 and a per-head RMSNorm on q and k (before RoPE) for Qwen3.
 
 Modules: qwen_config.py (QwenConfig, presets), layers.py (Dense, RMSNorm, Embed, RoPE,
 vocab head, parameter logical axes), attention.py (self-attention), kv_cache.py (cache
-and positions), and this file (decoder layers, the model, parameter helpers); import
+and positions), decode_head.py (the decode step's fused vocabulary head), and this file (decoder layers, the model, parameter helpers); import
 each name from the module that defines it.
 
 Numerics: matmuls take `config.dtype` inputs and accumulate in float32
@@ -168,13 +168,11 @@ class Qwen(nn.Module):
     return out, new_cache
 
 
-def lm_head_logits(config: QwenConfig, params: Mapping[str, Any],
-                   hidden: Array) -> Array:
-  """Projects hidden states [..., D] to float32 logits [..., V].
-
-  Uses `params['lm_head']['kernel']` [D, V], or the tied embedding [V, D] when
-  config.tie_word_embeddings. `params` is the parameter tree (a {'params': tree}
-  wrapper is accepted too). Same math as `Qwen(...)(..., return_hidden=False)`.
+def lm_head_weight(config: QwenConfig, params: Mapping[str, Any]
+                   ) -> tuple[Array, bool]:
+  """The vocabulary head's weight and layout: (`params['lm_head']['kernel']` [D, V],
+  False), or (the tied embedding [V, D], True) when config.tie_word_embeddings.
+  `params` is the parameter tree (a {'params': tree} wrapper is accepted too).
 
   Raises:
     KeyError: the tree lacks the weight the config asks for.
@@ -183,12 +181,23 @@ def lm_head_logits(config: QwenConfig, params: Mapping[str, Any],
     params = params['params']
   if config.tie_word_embeddings:
     if 'embed_tokens' not in params:
-      raise KeyError("lm_head_logits: params lack 'embed_tokens' (tied head)")
-    w = params['embed_tokens']['embedding']
-    return project_vocab(hidden, w, transposed=True, dtype=config.compute_dtype)
+      raise KeyError("lm_head_weight: params lack 'embed_tokens' (tied head)")
+    return params['embed_tokens']['embedding'], True
   if 'lm_head' not in params:
-    raise KeyError("lm_head_logits: config is untied but params lack 'lm_head'")
-  return project_vocab(hidden, params['lm_head']['kernel'], transposed=False,
+    raise KeyError("lm_head_weight: config is untied but params lack 'lm_head'")
+  return params['lm_head']['kernel'], False
+
+
+def lm_head_logits(config: QwenConfig, params: Mapping[str, Any],
+                   hidden: Array) -> Array:
+  """Projects hidden states [..., D] to float32 logits [..., V] with the weight of
+  `lm_head_weight` (same math as `Qwen(...)(..., return_hidden=False)`).
+
+  Raises:
+    KeyError: the tree lacks the weight the config asks for.
+  """
+  weight, transposed = lm_head_weight(config, params)
+  return project_vocab(hidden, weight, transposed=transposed,
                        dtype=config.compute_dtype)
 
 

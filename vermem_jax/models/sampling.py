@@ -18,13 +18,13 @@ exist.
 
 Decoding
 --------
-Prefill runs the whole padded prompt through the model with the cache and projects
-only the last position's hidden state to the vocabulary (never [B, P, V] logits).
+Prefill runs the whole padded prompt through the model with the cache and keeps only
+the last position's final hidden state (never [B, P, V] logits).
 Rows with identical prompts share one prefill (`share_prefill`, default on): the K
 rollouts of a task start from one state, so their first prompts are equal. The U
 distinct prompts are prefilled as a batch of U' = min(B, next power of two >= U) rows
 (so at most log2(B) + 1 prefill shapes), and the prefilled KV cache and last-position
-logits are gathered into the B rows before decoding. Decoding, the random stream and
+hidden states are gathered into the B rows before decoding. Decoding, the random stream and
 the sampled tokens are those of the unshared path: a row's prefill does not depend on
 the other rows of the batch (`_prefill`).
 Decode then runs inside one `lax.while_loop`, one token per step for all rows, until
@@ -32,26 +32,25 @@ every row has stopped or max_new_tokens tokens exist. A row stops at the first t
 stop_token_ids; that token is part of its completion (counted in `lengths`); later
 columns of that row hold pad_token_id with logprob 0.
 
-Logprobs
---------
-Sampling (temperature > 0): logits / temperature, restricted to the top-p nucleus (the
-smallest set of most-probable tokens whose mass reaches top_p; tokens tied with the
-least probable kept token are kept too), renormalized; the returned logprob is the
-chosen token's log-probability under that renormalized distribution, i.e. the
-distribution it was actually drawn from (what PPO/GRPO importance ratios need).
-Greedy (temperature == 0): argmax; the returned logprob is log_softmax(logits) of the
-chosen token at temperature 1 without top-p (the greedy "distribution" is a point mass,
-so its log-probability would be 0 and carry no information).
+Next token
+----------
+Prefill and every decode step take the next token and its log-probability from the
+final hidden state in one pass over the vocabulary (`decode_head.head_tokens`: the
+lm_head projection fused with the pick, chunked over the vocabulary on CPU), never a
+separate top-k, log-sum-exp and second projection. Sampling (temperature > 0):
+logits / temperature restricted to the top-p nucleus, renormalized; the returned
+logprob is the chosen token's log-probability under that renormalized distribution,
+i.e. the distribution it was actually drawn from (what PPO/GRPO importance ratios
+need). Greedy (temperature == 0): the first maximal logit; the returned logprob is
+log_softmax(logits) of the chosen token at temperature 1 without top-p (the greedy
+"distribution" is a point mass, so its log-probability would be 0 and carry no
+information). `decode_head`'s module docstring has the algorithm and its cost.
 
-Randomness and cost
--------------------
-Step t draws with fold_in(rng, t), one uniform per row (inverse CDF over the kept
-tokens), so a fixed rng reproduces a batch exactly; a sampled row's stream depends on
-the batch shape, while greedy rows are identical alone or batched. Per decode step the
-sampler does O(V) elementwise work per row and one top_k over NUCLEUS_CANDIDATES
-tokens; rows whose nucleus is larger than that add an exact bisection of at most 32
-masked sums. No step sorts the vocabulary (XLA's CPU sort of [64, 151936] takes
-seconds).
+Randomness
+----------
+Step t draws with fold_in(rng, t), so a fixed rng reproduces a batch exactly; a
+sampled row's stream depends on the batch shape, while greedy rows are identical alone
+or batched.
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vermem_jax.models import decode_head
 from vermem_jax.models import kv_cache
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
@@ -71,9 +71,6 @@ from vermem_jax.models import qwen_config
 # Smallest prompt bucket (tokens); buckets are powers of two above it, so a run sees
 # at most log2(max prompt / 32) + 1 prompt shapes.
 MIN_PROMPT_BUCKET = 32
-# Candidate tokens of the fast top-p path (one top_k per step instead of full-vocabulary
-# work); rows whose nucleus is larger fall back to the exact full-vocabulary path.
-NUCLEUS_CANDIDATES = 256
 # Prompt tokens per prefill step (see `_prefill`): rows are prefilled one at a time
 # once the prompt bucket has this many tokens, in groups of ceil(this / P) rows below.
 PREFILL_ROW_TOKENS = 256
@@ -153,105 +150,6 @@ def left_pad(prompts: Sequence[Sequence[int]], length: int,
   return tokens, mask
 
 
-def _bits(x):
-  return jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.int32)
-
-
-def nucleus_cutoff(probs: jax.Array, top_p: jax.Array,
-                   lo: jax.Array | None = None, hi: jax.Array | None = None
-                   ) -> jax.Array:
-  """Smallest probability inside the top-p nucleus, float32 [B] for probs [B, V].
-
-  The nucleus is {v : probs[v] >= cutoff} with cutoff = the largest q such that
-  sum(probs[probs >= q]) >= top_p; this equals walking the tokens in decreasing
-  probability until the mass reaches top_p (ties with the last kept token kept).
-  Found without a full-vocabulary sort (slow on CPU) by bisecting over the int32 bit
-  patterns of q (non-negative floats order like their bits): at most 32 masked sums,
-  and none for rows whose bracket [lo, hi) (bit patterns) is already one wide.
-  """
-  probs = probs.astype(jnp.float32)
-  if lo is None:
-    lo = jnp.zeros(probs.shape[:-1], jnp.int32)  # mass(probs >= 0) = 1 >= top_p
-  if hi is None:
-    hi = _bits(jnp.max(probs, axis=-1)) + 1
-
-  def cond(bounds):
-    lo, hi = bounds
-    return jnp.any(hi - lo > 1)
-
-  def body(bounds):
-    lo, hi = bounds
-    active = hi - lo > 1
-    mid = lo + (hi - lo) // 2
-    q = jax.lax.bitcast_convert_type(mid, jnp.float32)[..., None]
-    ok = jnp.sum(jnp.where(probs >= q, probs, 0.0), axis=-1) >= top_p
-    return (jnp.where(active & ok, mid, lo), jnp.where(active & ~ok, mid, hi))
-
-  lo, _ = jax.lax.while_loop(cond, body, (lo, hi))
-  return jax.lax.bitcast_convert_type(lo, jnp.float32)
-
-
-def nucleus_mask(logprobs: jax.Array, top_p: jax.Array) -> jax.Array:
-  """Top-p (nucleus) membership, bool [B, V], for normalized logprobs [B, V].
-
-  See `nucleus_cutoff`; top_p >= 1 keeps everything (guards float32 round-off).
-  """
-  probs = jnp.exp(logprobs.astype(jnp.float32))
-  cutoff = nucleus_cutoff(probs, top_p)
-  return (probs >= cutoff[..., None]) | (top_p >= 1.0)
-
-
-def sample_tokens(logits: jax.Array, rng: jax.Array, temperature: jax.Array,
-                  top_p: jax.Array, do_sample: bool,
-                  candidates: int = NUCLEUS_CANDIDATES
-                  ) -> tuple[jax.Array, jax.Array]:
-  """One token per row from float32 logits [B, V] -> (tokens [B] int32, logprobs [B]).
-
-  Greedy (not do_sample): the first maximal logit (top_k, faster than argmax on CPU);
-  logprob = log_softmax at temperature 1. Sampled: temperature + top-p, logprob under
-  the renormalized nucleus distribution (module docstring), drawn by inverse CDF with
-  one uniform per row (so a row's stream depends on the batch shape). The nucleus
-  cutoff comes from one top_k over `candidates` tokens for rows whose nucleus lies
-  strictly inside them, and from the exact bisection (`nucleus_cutoff`) otherwise.
-  No lax.cond here: on CPU a conditional stops XLA from lowering top_k to its fast
-  TopK kernel (it falls back to a full sort).
-  """
-  logits = logits.astype(jnp.float32)
-  if not do_sample:
-    top, idx = jax.lax.top_k(logits, 1)
-    logprob = top[:, 0] - jax.nn.logsumexp(logits, axis=-1)
-    return idx[:, 0].astype(jnp.int32), logprob
-
-  logp = jax.nn.log_softmax(logits / temperature, axis=-1)
-  probs = jnp.exp(logp)
-  vocab = logp.shape[-1]
-  top_lp, _ = jax.lax.top_k(logp, min(candidates, vocab))
-  top_prob = jnp.exp(top_lp)
-  mass_before = jnp.cumsum(top_prob, axis=-1) - top_prob
-  num_keep = jnp.maximum(jnp.sum(mass_before < top_p, axis=-1, keepdims=True), 1)
-  cutoff = jnp.take_along_axis(top_prob, num_keep - 1, axis=-1)[:, 0]
-  if candidates >= vocab:
-    resolved = jnp.ones(cutoff.shape, bool)
-  else:  # every token outside the candidates must be strictly below the cutoff
-    resolved = top_prob[:, -1] < cutoff
-  resolved = resolved | (top_p >= 1.0)  # keeps everything; no cutoff needed
-  lo = jnp.where(resolved, _bits(cutoff), 0)
-  hi = jnp.where(resolved, lo + 1, _bits(top_prob[:, 0]) + 1)
-  cutoff = nucleus_cutoff(probs, top_p, lo, hi)
-  keep = (probs >= cutoff[:, None]) | (top_p >= 1.0)
-
-  kept = jnp.where(keep, probs, 0.0)
-  cum = jnp.cumsum(kept, axis=-1)
-  total = cum[:, -1]
-  target = jax.random.uniform(rng, total.shape) * total
-  tokens = jnp.sum(cum <= target[:, None], axis=-1).astype(jnp.int32)
-  # Round-off guard: never step past the last kept token.
-  last_kept = vocab - 1 - jnp.argmax(keep[:, ::-1], axis=-1).astype(jnp.int32)
-  tokens = jnp.minimum(tokens, last_kept)
-  chosen = jnp.take_along_axis(logp, tokens[:, None], axis=-1)[:, 0]
-  return tokens, chosen - jnp.log(total)
-
-
 def _batch_sharded() -> bool:
   """The current mesh (if any) splits the batch over more than one device."""
   mesh = jax.sharding.get_abstract_mesh()
@@ -261,11 +159,12 @@ def _batch_sharded() -> bool:
 
 
 def _prefill(model, params, tokens, mask, num_slots, config):
-  """Prompt prefill -> (last-position logits [U, V] float32, cache with num_slots).
+  """Prompt prefill -> (last-position final hidden states [U, D], cache with
+  num_slots).
 
   Rows go through the model in groups of ceil(PREFILL_ROW_TOKENS / P) rows (one row
   per group once P >= PREFILL_ROW_TOKENS), so a row's prefill is the same program on
-  the same data whatever the batch holds: a prompt gives bit-identical logits and KV
+  the same data whatever the batch holds: a prompt gives bit-identical states and KV
   cache prefilled alone, among other rows, or once for K rows (shared prefill), and
   the sampled tokens are identical (matrix products of different batch sizes round
   differently on XLA). When a mesh splits the batch, all rows run at once instead, to
@@ -278,19 +177,35 @@ def _prefill(model, params, tokens, mask, num_slots, config):
     cache = kv_cache.init_cache(config, tok.shape[0], num_slots)
     hidden, cache = model.apply(variables, tok, attention_mask=msk, cache=cache,
                                 return_hidden=True)
-    return qwen.lm_head_logits(config, params, hidden[:, -1]), cache
+    return hidden[:, -1], cache
 
   group = min(rows, -(-PREFILL_ROW_TOKENS // prompt_len))
   if _batch_sharded() or group >= rows:
     return run(tokens, mask)
   pad = -rows % group
   split = lambda x: jnp.pad(x, ((0, pad), (0, 0))).reshape(-1, group, prompt_len)
-  logits, cache = jax.lax.map(lambda xs: run(*xs), (split(tokens), split(mask)))
+  hidden, cache = jax.lax.map(lambda xs: run(*xs), (split(tokens), split(mask)))
   index = cache.pop('index')[0]
   merge = lambda x: x.reshape((-1,) + x.shape[2:])[:rows]
   cache = jax.tree.map(merge, cache)
   cache['index'] = index
-  return merge(logits), cache
+  return merge(hidden), cache
+
+
+def next_tokens(config: qwen_config.QwenConfig, params: Any, hidden: jax.Array,
+                rng: jax.Array, temperature: jax.Array, top_p: jax.Array, *,
+                do_sample: bool) -> tuple[jax.Array, jax.Array]:
+  """The next token of each row from final hidden states [B, D] in one pass over the
+  vocabulary (`decode_head.head_tokens` with the model's lm_head or tied embedding).
+
+  Returns:
+    (tokens [B] int32, logprobs [B] float32; module docstring).
+  """
+  weight, transposed = qwen.lm_head_weight(config, params)
+  return decode_head.head_tokens(hidden, weight, transposed=transposed,
+                                 dtype=config.compute_dtype, rng=rng,
+                                 temperature=temperature, top_p=top_p,
+                                 do_sample=do_sample)
 
 
 def decode_step(config: qwen_config.QwenConfig, params: Any, cache: dict, prev: jax.Array,
@@ -298,7 +213,7 @@ def decode_step(config: qwen_config.QwenConfig, params: Any, cache: dict, prev: 
                 top_p: jax.Array, *, do_sample: bool
                 ) -> tuple[jax.Array, jax.Array, dict]:
   """One decode step of every row: the model on the previous tokens with the cache,
-  then the next token and its log-probability (`sample_tokens`).
+  then the next token and its log-probability (`next_tokens`).
 
   Args:
     config, params: the model.
@@ -312,8 +227,8 @@ def decode_step(config: qwen_config.QwenConfig, params: Any, cache: dict, prev: 
   hidden, cache = qwen.Qwen(config).apply(
       {'params': params}, prev[:, None], attention_mask=(~done)[:, None].astype(jnp.int32),
       cache=cache, return_hidden=True)
-  logits = qwen.lm_head_logits(config, params, hidden[:, 0])
-  tok, lp = sample_tokens(logits, rng, temperature, top_p, do_sample)
+  tok, lp = next_tokens(config, params, hidden[:, 0], rng, temperature, top_p,
+                        do_sample=do_sample)
   return tok, lp, cache
 
 
@@ -329,13 +244,13 @@ def _generate_jit(params, tokens, mask, row_source, rng, temperature, top_p, sto
   prefill_batch, prompt_len = tokens.shape
   batch = prefill_batch if row_source is None else row_source.shape[0]
   model = qwen.Qwen(config)
-  logits, cache = _prefill(model, params, tokens, mask,
+  hidden, cache = _prefill(model, params, tokens, mask,
                            prompt_len + max_new_tokens, config)
   if row_source is not None:
     rows = lambda x: x if x.ndim == 0 else jnp.take(x, row_source, axis=0)
-    logits, cache = rows(logits), jax.tree.map(rows, cache)
-  tok, lp = sample_tokens(logits, jax.random.fold_in(rng, 0), temperature, top_p,
-                          do_sample)
+    hidden, cache = rows(hidden), jax.tree.map(rows, cache)
+  tok, lp = next_tokens(config, params, hidden, jax.random.fold_in(rng, 0),
+                        temperature, top_p, do_sample=do_sample)
   out_tokens = jnp.full((batch, max_new_tokens), pad_id, jnp.int32).at[:, 0].set(tok)
   out_logprobs = jnp.zeros((batch, max_new_tokens), jnp.float32).at[:, 0].set(lp)
   done = jnp.isin(tok, stop_ids)
