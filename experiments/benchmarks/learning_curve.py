@@ -87,7 +87,6 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
 from experiments import run as run_lib  # noqa: E402
-from experiments.cli import overrides as overrides_lib  # noqa: E402
 from experiments.cli import phase_plan  # noqa: E402
 from experiments.cli import workdir_lock  # noqa: E402
 from experiments.configs import common  # noqa: E402
