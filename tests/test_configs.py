@@ -215,7 +215,7 @@ def test_bad_scale_argument():
     ('sampling.prompt_buckets', (512, 256), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_buckets', (), 'config.sampling.prompt_buckets: must be'),
     ('sampling.prompt_overhead_tokens', -1, 'config.sampling.prompt_overhead_tokens'),
-    ('eval.target_budget', 9000, 'config.eval.target_budget'),
+    ('eval.target_budget', 90000, 'config.eval.target_budget'),
     ('model.preset', 'qwen9', 'config.model.preset'),
     ('rl.old_logprobs', 'both', 'config.rl.old_logprobs'),
     ('sft.teacher_backend', 'gpt', 'config.sft.teacher_backend'),

@@ -247,3 +247,17 @@ def test_missing_phase_checkpoint_is_named(tmp_path):
   with pytest.raises(ValueError, match='not a directory'):
     eval_policies.check_available(
         eval_policies.parse_policies(f'hf:{tmp_path}/none', str(tmp_path)), str(tmp_path))
+
+
+def test_tool_set_note_names_each_policys_tools_and_what_other_calls_get():
+  sources = [eval_policies.PolicySource('base', 'base'),
+             eval_policies.PolicySource('sft', 'phase', 'sft'),
+             eval_policies.PolicySource('phase_a', 'phase', 'phase_a'),
+             eval_policies.PolicySource('phase_c', 'phase', 'phase_c')]
+  note = eval_policies.tool_set_note(sources)
+  assert note.startswith('Tool sets: sft, phase_c: ')
+  assert 'phase_a: ' in note and 'rejected' in note
+  # All in the paper's protocol (all seven tools): nothing is refused for its tool.
+  only_c = eval_policies.tool_set_note(sources[:2] + sources[3:])
+  assert 'rejected' not in only_c
+  assert eval_policies.tool_set_note(sources[:1]) == ''

@@ -72,9 +72,14 @@ def tool_set_note(sources: list[PolicySource]) -> str:
       groups.setdefault(op_space(s), []).append(s.label)
   if not groups:
     return ''
-  return 'Tool sets: ' + '; '.join(
+  note = 'Tool sets: ' + '; '.join(
       f'{", ".join(labels)}: {OP_SPACE_NAMES[space]}'
       for space, labels in sorted(groups.items(), key=lambda kv: kv[0] != 'C'))
+  if set(groups) != {'C'}:
+    # A phase policy still writes the other tools' commands; say what happens to them.
+    note += ('. A call to a tool outside a policy\'s set is rejected; the operation '
+             'mix lists it under its tool')
+  return note
 
 
 def seed_workdir(workdir: str, seed: int) -> str:
