@@ -324,12 +324,13 @@ class _QuietLibraryInfo:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  del argv  # entry() refuses positional arguments
   logging.get_absl_handler().addFilter(_QuietLibraryInfo())
   config = _CONFIG.value
   if config is None:
-    raise app.UsageError('--config is required, e.g. --config=phase_b.py')
+    print('error: --config is required, e.g. --config=phase_b.py (--help lists the '
+          'flags)', file=sys.stderr)
+    sys.exit(2)
   workdir = config.workdir if _WORKDIR.value is None else _WORKDIR.value
   if not workdir.strip():
     # An unset shell variable (`--workdir=$OUT`) must not fall back to the default run.
@@ -364,7 +365,18 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(1)
 
 
+# absl's help flags exit with status 1, and app.run defines them only after entry()
+# has parsed the flags; help is not an error, so it is answered here with status 0.
+_HELP_FLAGS = {'-h': True, '-?': True, '--help': True, '--helpshort': True,
+               '-help': True, '-helpshort': True, '--helpfull': False, '-helpfull': False}
+
+
 def entry() -> None:
+  for a in sys.argv[1:]:
+    if a == '--':
+      break
+    if a in _HELP_FLAGS:
+      app.usage(shorthelp=_HELP_FLAGS[a], writeto_stdout=True, exitcode=0)
   try:
     argv = config_argv.resolve_config_argv(sys.argv)
     config_argv.check_config_argv(argv)

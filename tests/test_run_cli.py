@@ -530,3 +530,21 @@ def test_cli_empty_workdir_and_bad_eval_dry_run_exit_2(tmp_path):
   assert res.stderr.strip().splitlines()[-1].startswith(
       'error: config.eval.num_questions: must be an int >= 0')
   assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('flag', ['--help', '-h', '--helpshort', '--helpfull'])
+def test_cli_help_prints_usage_and_flags_with_status_0(flag, tmp_path):
+  res = _cli(flag, cwd=tmp_path)
+  assert res.returncode == 0, res.stderr
+  assert res.stdout.startswith('Runs one phase of the VerMem curriculum')
+  assert '--[no]dry_run:' in res.stdout and '--workdir:' in res.stdout
+  # --helpfull lists the flags of every module (the multi-host ones too).
+  assert ('--coordinator_address:' in res.stdout) == (flag == '--helpfull')
+  assert not os.listdir(tmp_path)
+
+
+def test_cli_without_config_is_one_error_line_with_status_2(tmp_path):
+  res = _cli(cwd=tmp_path)
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      'error: --config is required, e.g. --config=phase_b.py (--help lists the flags)']
