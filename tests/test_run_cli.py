@@ -605,3 +605,13 @@ def test_cli_dry_run_at_paper_scale_says_paths_are_not_checked(tmp_path):
           'are not checked') in res.stdout
   res = _cli('--config=sft', f'--workdir={tmp_path}', '--dry_run')
   assert res.returncode == 0 and 'are not checked' not in res.stdout
+
+
+def test_cli_scale_override_points_to_the_config_argument(tmp_path):
+  res = _cli('--config=phase_b', '--config.scale=paper', f'--workdir={tmp_path}',
+             '--dry_run')
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      'error: --config.scale cannot change the scale of a built config; pass '
+      '--config=phase_b.py:scale=paper instead']
+  assert not os.listdir(tmp_path)
