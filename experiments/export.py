@@ -20,8 +20,8 @@ with any `--config.*` override must describe the run's model and tokenizer, as f
 
 The policy's prompt is the chat template around x_t = g(s_t) as the one user message
 (`rl.policy.policy_prompt_text`); its reply is one memory command. Bad input (an
-unknown phase, a workdir without that phase's checkpoint, an existing non-empty
---out) exits with status 2.
+unknown phase or config, a workdir without that phase's checkpoint, an --out that is a file or
+a non-empty folder) is one error line with status 2.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def main(argv) -> int:
   try:
     meta = export_lib.export(config, _WORKDIR.value, _PHASE.value, _OUT.value,
                              _DTYPE.value)
-  except (ValueError, FileNotFoundError, checkpoint_values.CheckpointError) as e:
+  except (ValueError, OSError, checkpoint_values.CheckpointError) as e:
+    # OSError: an --out that is a file, or a folder that cannot be written.
     print(f'error: {e}', file=sys.stderr)
     return 2
   print(f'exported {meta["phase"]} step {meta["step"]} to {_OUT.value} '
@@ -68,14 +69,28 @@ def main(argv) -> int:
 
 def _with_default_config(argv: list[str]) -> list[str]:
   """argv with `--config=<phase>.py` added when no --config is given, resolved like
-  run.py's (bare names against experiments/configs/)."""
+  run.py's (bare names against experiments/configs/).
+
+  Raises:
+    ValueError: an unknown --phase, or a --config that is neither a file nor a known
+      config name.
+  """
+  phase = 'phase_c'
+  for i, a in enumerate(argv):
+    if a.startswith('--phase='):
+      phase = a.split('=', 1)[1]
+    elif a == '--phase' and i + 1 < len(argv):
+      phase = argv[i + 1]
+  export_lib.check_phase(phase)  # before it names a default config file
   if not any(a == '--config' or a.startswith('--config=') for a in argv):
-    phase = next((a.split('=', 1)[1] for a in argv if a.startswith('--phase=')),
-                 'phase_c')
     argv = argv[:1] + [f'--config={phase}.py'] + argv[1:]
   return config_argv.resolve_config_argv(argv)
 
 
 if __name__ == '__main__':
-  sys.argv = _with_default_config(sys.argv)
+  try:
+    sys.argv = _with_default_config(sys.argv)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
+    sys.exit(2)
   app.run(lambda argv: sys.exit(main(argv)))

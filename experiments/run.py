@@ -129,12 +129,17 @@ def _dry_run(config: ml_collections.ConfigDict, workdir: str,
   sys.stdout.flush()
   if problem:
     raise ValueError(problem)
+  _check_before_training(config, workdir, plan, create=False)
   return plan
 
 
 def _validation_problem(config: ml_collections.ConfigDict) -> str | None:
   """The first validation problem of a dry run (tiny scale: then the data and
-  tokenizer folders), or None."""
+  tokenizer folders), or None. At paper scale it prints that the config's paths
+  are not checked."""
+  if config.scale != 'tiny':
+    print(f'dry run at {config.scale} scale: the config\'s data, tokenizer and '
+          'checkpoint paths are not checked (they may exist only on the training hosts)')
   try:
     validation.validate_config(config, check_paths=False)
     if config.scale == 'tiny':
@@ -142,6 +147,23 @@ def _validation_problem(config: ml_collections.ConfigDict) -> str | None:
   except ValueError as e:
     return f'{e} (a real run stops here)'
   return None
+
+
+def _check_before_training(config: ml_collections.ConfigDict, workdir: str,
+                           plan: list[str], *, create: bool) -> None:
+  """The checks that take seconds and stop a run before any phase trains; a dry run
+  makes the same ones (`create=False`: it writes nothing).
+
+  Raises:
+    ValueError: too few tasks per update for the processes
+      (`processes.check_config`), a mesh that does not fit the devices
+      (`setup.MeshConfig.shape`), a workdir that is a file or not writable
+      (`preflight.check_workdir_writable`).
+  """
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  processes.check_config(config, plan)
+  setup.MeshConfig.from_section(config.model).shape()
+  preflight.check_workdir_writable(workdir, create=create)
 
 
 def _print_config(config: ml_collections.ConfigDict, workdir: str,
@@ -198,9 +220,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   # Process 0 reads the markers it writes; the plan (or its error) goes to every process.
   plan = distributed.on_primary(
       lambda: phase_plan.plan_phases(config.phase, workdir, config.scale, flag_texts))
-  processes.check_config(config, plan)
   created = distributed.on_primary(lambda: not os.path.exists(workdir))
-  distributed.agree(lambda: preflight.check_workdir_writable(workdir))
+  distributed.agree(lambda: _check_before_training(config, workdir, plan, create=True))
   try:
     _run_plan(config, workdir, plan, overrides)
   except BaseException:
@@ -267,24 +288,49 @@ def _run_eval(config: ml_collections.ConfigDict, workdir: str,
     if layout.shared:
       print('plan: the seeds share one set of checkpoints (no seed_<s>/ folders); '
             'results.md will say so')
+    sys.stdout.flush()
+    _check_before_eval(config, workdir, create=False)
     return [config.phase]
   validation.validate_config(config, check_paths=True)
-  layout = eval_policies.seed_layout(workdir, [int(s) for s in config.eval.seeds])
-  # A missing checkpoint fails now, not after loading.
-  for wd in layout.workdirs.values():
-    eval_policies.check_available(
-        eval_policies.parse_policies(config.eval.policies, wd), wd)
+  layout = _check_before_eval(config, workdir, create=True)
   validation.check_tokenizer_fits_model(config)
   if not config.eval.policies and not eval_policies.found_phases(
       layout.workdirs[int(config.eval.seeds[0])]):
     logging.warning('%s holds no phase checkpoint: evaluating Base only', workdir)
-  preflight.check_workdir_writable(workdir)
   from vermem_jax.eval import evaluate  # pylint: disable=g-import-not-at-top
   with workdir_lock.phase_lock(workdir, evaluate.output_subdir(config)):
     result = evaluate.run_evaluation(config, workdir)
   print(result['table'])
   print(evaluate.summary_line(result) + f' ({result["wall_time_s"]:.1f}s)')
   return [config.phase]
+
+
+def _check_before_eval(config: ml_collections.ConfigDict, workdir: str, *,
+                      create: bool) -> Any:
+  """The checks that take seconds and stop an evaluation before any loading; a dry run
+  makes the same ones (`create=False`: it writes nothing). Returns the seed layout
+  (`policies.seed_layout`).
+
+  Raises:
+    checkpoints.CheckpointError / ValueError: a named policy without its checkpoint,
+    an `hf:` path that is not a directory (`policies.check_available`), a mesh that
+    does not fit the devices, a workdir that is a file or not writable;
+    envs.interactive.BenchmarkUnavailable (an ImportError): the benchmark's optional
+    extra is not installed.
+  """
+  from vermem_jax.envs import interactive  # pylint: disable=g-import-not-at-top
+  from vermem_jax.eval import benchmark_suite  # pylint: disable=g-import-not-at-top
+  from vermem_jax.eval import policies as eval_policies  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
+  layout = eval_policies.seed_layout(workdir, [int(s) for s in config.eval.seeds])
+  for wd in layout.workdirs.values():
+    eval_policies.check_available(
+        eval_policies.parse_policies(config.eval.policies, wd), wd)
+  if config.phase in curriculum.BENCHMARK_CONFIGS:
+    interactive.load_benchmark(benchmark_suite.benchmark_name(config))
+  setup.MeshConfig.from_section(config.model).shape()
+  preflight.check_workdir_writable(workdir, create=create)
+  return layout
 
 
 def _run_table2(config: ml_collections.ConfigDict, workdir: str, *,
@@ -294,11 +340,13 @@ def _run_table2(config: ml_collections.ConfigDict, workdir: str, *,
   validation.validate_config(config)
   by_bench = table2.collect_workdir(workdir)
   if dry_run:
-    print(f'plan: table2 from {", ".join(by_bench) or "no evaluation"} in {workdir}')
-    return [config.phase]
+    print(f'plan: table2 from {", ".join(by_bench) or "no evaluation"} in {workdir}',
+          flush=True)
   if not by_bench:
     raise ValueError(f'{workdir} holds no eval_<benchmark>/results.json; run '
                      'experiments/run.py --config=eval_<benchmark>.py there first')
+  if dry_run:
+    return [config.phase]
   table = table2.build(table2.workdir_rows(by_bench), by_bench,
                        target_success=float(config.eval.target_success),
                        target_budget=float(config.eval.target_budget),
@@ -324,12 +372,13 @@ class _QuietLibraryInfo:
 
 
 def main(argv: Sequence[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  del argv  # entry() refuses positional arguments
   logging.get_absl_handler().addFilter(_QuietLibraryInfo())
   config = _CONFIG.value
   if config is None:
-    raise app.UsageError('--config is required, e.g. --config=phase_b.py')
+    print('error: --config is required, e.g. --config=phase_b.py (--help lists the '
+          'flags)', file=sys.stderr)
+    sys.exit(2)
   workdir = config.workdir if _WORKDIR.value is None else _WORKDIR.value
   if not workdir.strip():
     # An unset shell variable (`--workdir=$OUT`) must not fall back to the default run.
@@ -364,7 +413,18 @@ def main(argv: Sequence[str]) -> None:
     sys.exit(1)
 
 
+# absl's help flags exit with status 1, and app.run defines them only after entry()
+# has parsed the flags; help is not an error, so it is answered here with status 0.
+_HELP_FLAGS = {'-h': True, '-?': True, '--help': True, '--helpshort': True,
+               '-help': True, '-helpshort': True, '--helpfull': False, '-helpfull': False}
+
+
 def entry() -> None:
+  for a in sys.argv[1:]:
+    if a == '--':
+      break
+    if a in _HELP_FLAGS:
+      app.usage(shorthelp=_HELP_FLAGS[a], writeto_stdout=True, exitcode=0)
   try:
     argv = config_argv.resolve_config_argv(sys.argv)
     config_argv.check_config_argv(argv)

@@ -91,3 +91,27 @@ def test_cli_refuses_a_missing_phase(tmp_path):
        '--phase=phase_c', f'--out={tmp_path}/x'], cwd=REPO, capture_output=True, text=True,
       env=dict(os.environ, PYTHONPATH=REPO))
   assert out.returncode == 2 and 'phase_c' in out.stderr
+
+
+@pytest.mark.parametrize('args, error', [
+    (['--phase=phase_d'], 'error: --phase=phase_d: expected one of sft, phase_a, '
+     'phase_b, phase_c'),
+    (['--phase', 'phase_d'], 'error: --phase=phase_d: expected one of sft, phase_a, '
+     'phase_b, phase_c'),
+    (['--config=nosuch.py'], "error: --config=nosuch.py: no such file, and 'nosuch.py' "
+     'is not in'),
+    (['--out={tmp}/afile'], "error: --out='{tmp}/afile' is a file; pass a new or empty "
+     'folder'),
+])
+def test_cli_bad_input_is_one_error_line_with_status_2(args, error, tmp_path):
+  (tmp_path / 'afile').write_text('kept')
+  out = subprocess.run(
+      [sys.executable, 'experiments/export.py', f'--workdir={tmp_path}',
+       f'--out={tmp_path}/x', *[a.format(tmp=tmp_path) for a in args]], cwd=REPO,
+      capture_output=True, text=True,
+      env=dict(os.environ, PYTHONPATH=REPO, JAX_PLATFORMS='cpu'))
+  assert out.returncode == 2
+  lines = [l for l in out.stderr.strip().splitlines() if l.startswith('error')]
+  assert len(lines) == 1 and lines[0].startswith(error.format(tmp=tmp_path)), out.stderr
+  assert 'Traceback' not in out.stderr
+  assert os.listdir(tmp_path) == ['afile'] and (tmp_path / 'afile').read_text() == 'kept'

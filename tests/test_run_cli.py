@@ -116,6 +116,7 @@ def test_paper_scale_stops_with_command(tmp_path, monkeypatch, qwen25_tokenizer_
   config.model.hf_checkpoint = str(tmp_path)
   config.tokenizer.path = qwen25_tokenizer_dir
   config.verifier.backend = 'heuristic'  # no verifier server in tests
+  config.model.mesh_fsdp = 1  # the paper's 8-way FSDP needs 8 devices (checked first)
   (tmp_path / 'config.json').write_text(json.dumps({  # a minimal HF Qwen2 config
       'model_type': 'qwen2', 'vocab_size': 151936, 'hidden_size': 64,
       'intermediate_size': 128, 'num_hidden_layers': 2, 'num_attention_heads': 4,
@@ -529,4 +530,88 @@ def test_cli_empty_workdir_and_bad_eval_dry_run_exit_2(tmp_path):
   assert res.returncode == 2 and 'config.eval.num_questions = -1' in res.stdout
   assert res.stderr.strip().splitlines()[-1].startswith(
       'error: config.eval.num_questions: must be an int >= 0')
+  assert not os.listdir(tmp_path)
+
+
+@pytest.mark.parametrize('flag', ['--help', '-h', '--helpshort', '--helpfull'])
+def test_cli_help_prints_usage_and_flags_with_status_0(flag, tmp_path):
+  res = _cli(flag, cwd=tmp_path)
+  assert res.returncode == 0, res.stderr
+  assert res.stdout.startswith('Runs one phase of the VerMem curriculum')
+  assert '--[no]dry_run:' in res.stdout and '--workdir:' in res.stdout
+  # --helpfull lists the flags of every module (the multi-host ones too).
+  assert ('--coordinator_address:' in res.stdout) == (flag == '--helpfull')
+  assert not os.listdir(tmp_path)
+
+
+def test_cli_without_config_is_one_error_line_with_status_2(tmp_path):
+  res = _cli(cwd=tmp_path)
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      'error: --config is required, e.g. --config=phase_b.py (--help lists the flags)']
+
+
+@pytest.mark.parametrize('args, error', [
+    (('--config=phase_a', '--workdir={tmp}/afile'),
+     'error: --workdir={tmp}/afile is a file, not a directory'),
+    (('--config=phase_a', '--workdir={tmp}/afile/sub'),
+     'error: --workdir={tmp}/afile/sub: cannot write there ({tmp}/afile is not a '
+     'directory)'),
+    (('--config=phase_a', '--config.model.mesh_fsdp=3', '--workdir={tmp}/wd'),
+     'error: config.model.mesh_fsdp * mesh_tensor = 3 does not divide the 1 devices'),
+    (('--config=eval_hotpotqa', '--config.eval.policies=base,phase_c',
+      '--workdir={tmp}/wd'),
+     'error: config.eval.policies names phase_c, but {tmp}/wd/phase_c holds no '
+     'checkpoint'),
+    (('--config=eval_hotpotqa', '--config.eval.policies=x=hf:{tmp}/nowhere',
+      '--workdir={tmp}/wd'),
+     'error: config.eval.policies: x: {tmp}/nowhere is not a directory'),
+    (('--config=table2', '--workdir={tmp}/wd'),
+     'error: {tmp}/wd holds no eval_<benchmark>/results.json'),
+])
+def test_cli_dry_run_refuses_what_the_real_run_refuses(args, error, tmp_path):
+  """The dry run makes the real run's cheap checks (same functions, same message,
+  status 2) and writes nothing."""
+  (tmp_path / 'afile').write_text('')
+  res = _cli(*[a.format(tmp=tmp_path) for a in args], '--dry_run', cwd=tmp_path)
+  assert res.returncode == 2, res.stderr
+  assert res.stderr.strip().splitlines()[-1].startswith(error.format(tmp=tmp_path))
+  assert 'Traceback' not in res.stderr
+  assert sorted(os.listdir(tmp_path)) == ['afile']
+  if args[0] != '--config=table2':  # the real run stops with the same line
+    real = _cli(*[a.format(tmp=tmp_path) for a in args], cwd=tmp_path)
+    assert real.returncode == 2
+    # (the OS names why it cannot write: 'Not a directory')
+    assert real.stderr.strip().splitlines()[-1].startswith(
+        error.format(tmp=tmp_path).split(' (')[0])
+    assert sorted(os.listdir(tmp_path)) == ['afile']
+
+
+def test_cli_dry_run_names_a_missing_benchmark_extra(tmp_path):
+  from vermem_jax.envs import interactive
+  ok, _ = interactive.benchmark_available('alfworld')
+  if ok:
+    pytest.skip('the alfworld extra is installed')
+  res = _cli('--config=eval_alfworld', f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 2
+  assert "pip install -e '.[alfworld]'" in res.stderr.strip().splitlines()[-1]
+  assert not os.listdir(tmp_path)
+
+
+def test_cli_dry_run_at_paper_scale_says_paths_are_not_checked(tmp_path):
+  res = _cli('--config=sft.py:scale=paper', '--config.model.hf_checkpoint=/no/such/dir',
+             f'--workdir={tmp_path}', '--dry_run')
+  assert ("dry run at paper scale: the config's data, tokenizer and checkpoint paths "
+          'are not checked') in res.stdout
+  res = _cli('--config=sft', f'--workdir={tmp_path}', '--dry_run')
+  assert res.returncode == 0 and 'are not checked' not in res.stdout
+
+
+def test_cli_scale_override_points_to_the_config_argument(tmp_path):
+  res = _cli('--config=phase_b', '--config.scale=paper', f'--workdir={tmp_path}',
+             '--dry_run')
+  assert res.returncode == 2
+  assert res.stderr.strip().splitlines() == [
+      'error: --config.scale cannot change the scale of a built config; pass '
+      '--config=phase_b.py:scale=paper instead']
   assert not os.listdir(tmp_path)

@@ -115,7 +115,8 @@ def check_config_argv(argv: Sequence[str]) -> None:
   traceback from inside ml_collections (`AttributeError: "'nonexistent'"`).
 
   Raises:
-    ValueError: the config file cannot be built (e.g. `:scale=huge`), or an override
+    ValueError: the config file cannot be built (e.g. `:scale=huge`), an override
+      sets `scale` (only `--config=<phase>.py:scale=...` can), or an override
       names a field the config lacks (lists the section's fields, with a close match).
   """
   import difflib  # pylint: disable=g-import-not-at-top
@@ -130,6 +131,12 @@ def check_config_argv(argv: Sequence[str]) -> None:
   overrides = [p for p in map(_override_path, argv) if p]
   if value is None:
     return  # main() reports the missing --config
+  if 'scale' in overrides:
+    # The scale picks every number when the file builds the config; overriding the
+    # field afterwards would relabel tiny values as paper ones.
+    name = pathlib.Path(value.partition(':')[0]).stem
+    raise ValueError(f'--config.scale cannot change the scale of a built config; pass '
+                     f'--config={name}.py:scale=paper instead')
   config = _load_config_file(value)
   if not isinstance(config, ml_collections.ConfigDict):
     return  # not ours to check

@@ -15,11 +15,13 @@ import ml_collections
 from experiments.configs.parts import library
 
 
-def check_workdir_writable(workdir: str) -> None:
+def check_workdir_writable(workdir: str, *, create: bool = True) -> None:
   """Creates `workdir` if needed and proves a file can be written there.
 
   Runs before any training so a read-only or mistyped path fails in a second, not
-  after the first phase's work.
+  after the first phase's work. With `create=False` (a dry run, which writes nothing)
+  it checks without writing: `workdir`, or the nearest folder above it that exists
+  (where it would be created), must be a writable directory.
 
   Raises:
     ValueError: naming the path and the OS error.
@@ -28,6 +30,15 @@ def check_workdir_writable(workdir: str) -> None:
   if os.path.exists(workdir) and not os.path.isdir(workdir):
     raise ValueError(f'--workdir={workdir} is a file, not a directory; pass a directory '
                      '(it is created when missing)')
+  if not create:
+    existing = os.path.abspath(workdir)
+    while not os.path.exists(existing):
+      existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+      why = 'not a directory' if not os.path.isdir(existing) else 'not writable'
+      raise ValueError(f'--workdir={workdir}: cannot write there ({existing} is {why}); '
+                       'pass a writable --workdir')
+    return
   try:
     os.makedirs(workdir, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=workdir, prefix='.write_test'):

@@ -36,6 +36,12 @@ TOKENIZER_FILES = ('tokenizer.json', 'tokenizer_config.json', 'vocab.json',
                    'chat_template.jinja', 'generation_config.json', 'tokenizer.model')
 
 
+def check_phase(phase: str) -> None:
+  """Raises ValueError naming `--phase` when it is not a curriculum phase."""
+  if phase not in PHASES:
+    raise ValueError(f'--phase={phase}: expected one of {", ".join(PHASES)}')
+
+
 def export(config: ml_collections.ConfigDict, workdir: str, phase: str, out: str,
            dtype: str = 'float32') -> dict:
   """Writes the HF folder (module docstring); returns the export metadata
@@ -49,11 +55,12 @@ def export(config: ml_collections.ConfigDict, workdir: str, phase: str, out: str
     dtype: storage dtype.
 
   Raises:
-    ValueError: unknown phase, a non-empty `out`.
+    ValueError: unknown phase, an `out` that is a file or a non-empty folder.
     train.checkpoints.CheckpointError: no restorable checkpoint of `phase`.
   """
-  if phase not in PHASES:
-    raise ValueError(f'--phase={phase!r}: expected one of {PHASES}')
+  check_phase(phase)
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise ValueError(f'--out={out!r} is a file; pass a new or empty folder')
   if os.path.isdir(out) and os.listdir(out):
     raise ValueError(f'--out={out!r} exists and is not empty')
   directory = checkpoints.phase_dir(workdir, phase)
