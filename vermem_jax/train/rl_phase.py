@@ -239,7 +239,7 @@ class _RLPhase:
       self.table.add_rows(result.advantage_rows())
     postfix = dict(loss=f'{learn["train/loss"]:.3f}', kl=f'{learn["train/kl"]:.2e}',
                    clip=f'{learn["train/clip_fraction"]:.3f}',
-                   r=f'{row.get("reward/r_global", math.nan):.3f}')
+                   r_global=f'{row.get("reward/r_global", math.nan):.3f}')
     return phase_runner.StepResult(row, postfix, log=self._is_monitor(n))
 
   def _is_monitor(self, n: int) -> bool:
