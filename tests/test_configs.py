@@ -21,6 +21,7 @@ from vermem_jax.memory import config as memory_config
 from vermem_jax.rl import advantages
 from vermem_jax.rl import rewards
 from vermem_jax.rl import running_stats
+from vermem_jax.train import run_setup
 from vermem_jax.verifiers import base as verifier_base
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
@@ -464,7 +465,6 @@ def _parse_flags(config_file, *overrides):
 def test_sft_teacher_fields_reach_the_sft_data_config():
   """--config.sft.teacher_* flags (config_flags) end up in envs.sft_data's config."""
   from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
@@ -492,7 +492,6 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
 def test_old_logprobs_field():
   from vermem_jax.train import rl_learner  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_resume  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   for phase in ('phase_a', 'phase_b', 'phase_c'):
     assert _paper(phase).rl.old_logprobs == 'learner'
   assert common.get_config('phase_b').rl.old_logprobs == 'learner'

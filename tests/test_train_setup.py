@@ -10,7 +10,10 @@ import pytest
 
 import multidevice
 
+from experiments.configs import common
 from vermem_jax.models import qwen_config
+from vermem_jax.train import rl_setup
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup
 
 _SCRIPT = textwrap.dedent("""
@@ -207,7 +210,6 @@ def test_model_dimensions_from_the_command_line(tmp_path):
   follows hidden_size / heads unless given; a checkpoint keeps its own shapes."""
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
-  from experiments.configs import common  # pylint: disable=g-import-not-at-top
   c = common.get_config('sft')
   c.model.hf_checkpoint = None  # dimensions shape a random init of the preset
   c.model.hidden_size, c.model.num_hidden_layers, c.model.intermediate_size = 128, 3, 384
@@ -271,9 +273,6 @@ def test_opt_state_shardings_follow_param_paths():
 def test_rl_setup_preflights_the_http_verifier(monkeypatch):
   """An unreachable OpenAI-compatible verifier stops the phase before any rollout
   (scoring alone would turn every score into the fallback)."""
-  from experiments.configs import common  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import rl_setup  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   monkeypatch.setenv('VERMEM_VERIFIER_API_KEY', 'test-key')
   c = common.get_config('phase_b')
   c.verifier.backend = 'openai_compatible'

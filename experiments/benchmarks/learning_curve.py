@@ -98,6 +98,8 @@ from vermem_jax.train import checkpoints  # noqa: E402
 from vermem_jax.train import internal_dev  # noqa: E402
 from vermem_jax.train import metrics as metrics_lib  # noqa: E402
 from vermem_jax.train import rl_phase  # noqa: E402
+from vermem_jax.train import rl_setup  # noqa: E402
+from vermem_jax.train import run_setup  # noqa: E402
 
 SEEDS = (42, 43, 44)  # SPEC §7
 RL_PHASES = curriculum.PHASE_ORDER[1:]  # phase_a, phase_b, phase_c
@@ -240,8 +242,6 @@ def posthoc_figures(seed_dir: str, seed: int, overrides: Overrides,
                     dev_episodes: int) -> dict[str, dict[str, float]]:
   """{policy phase: internal_dev figures} of POSTHOC_POLICIES on Phase C's first
   `dev_episodes` dev episodes (the function that makes `internal_dev/start/*`)."""
-  from vermem_jax.train import rl_setup  # pylint: disable=g-import-not-at-top
-  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   setup = rl_setup.build_setup(
       run_setup.RunSetup.from_config(phase_config('phase_c', seed, overrides)))
   out = {}
