@@ -369,10 +369,18 @@ def test_async_save_returns_before_commit_and_reads_wait(tmp_path):
 
 
 def test_rl_selection_prefers_score_then_later_step(tmp_path):
-  """RL phases select on the internal-dev score, ties to the later step (paper C.8);
+  """RL phases select on the internal-dev score, then the lower invalid rate, ties to
+  the later step (paper C.8; the invalid-rate tie-break is ours);
   restore_params_only(prefer_best=True) returns that step for the next phase."""
-  assert checkpoint_selection.rl_selection_key({'dev_score': 0.5, 'step': 4}) > checkpoint_selection.rl_selection_key(
-      {'dev_score': 0.5, 'step': 2})
+  key = checkpoint_selection.rl_selection_key
+  assert key({'dev_score': 0.5, 'step': 4}) > key({'dev_score': 0.5, 'step': 2})
+  # Equal scores: 1 of 12 rejected beats 11 of 12 whatever the step; a higher score
+  # beats a lower invalid rate; a checkpoint saved without the rate reads as 0.
+  assert key({'dev_score': 0.5, 'dev_invalid_rate': 1 / 12, 'step': 2}) > key(
+      {'dev_score': 0.5, 'dev_invalid_rate': 11 / 12, 'step': 3})
+  assert key({'dev_score': 0.625, 'dev_invalid_rate': 0.5, 'step': 1}) > key(
+      {'dev_score': 0.5, 'dev_invalid_rate': 0.0, 'step': 2})
+  assert key({'dev_score': 0.5, 'step': 2}) == (0.5, 0.0, 2)
   assert checkpoint_selection.selection_key({'dev_score': 0.6, 'step': 1}) > checkpoint_selection.selection_key(
       {'dev_score': 0.5, 'step': 9})
   with pytest.raises(KeyError, match='step'):
@@ -386,6 +394,12 @@ def test_rl_selection_prefers_score_then_later_step(tmp_path):
                selection_metrics={'dev_score': score, 'step': step})
     assert mgr.best_step() == 4 and mgr.latest_step() == 5
     assert mgr.all_steps() == [4, 5]  # the best is kept beside the newest
+  with ck.PhaseCheckpointManager(tmp_path / 'phase_b', max_to_keep=1) as mgr:
+    for step, invalid in {1: 0.25, 2: 0.0, 3: 0.5}.items():
+      mgr.save(ck.TrainState(step=step, params=params(step)),
+               selection_metrics={'dev_score': 0.5, 'dev_invalid_rate': invalid,
+                                  'step': step})
+    assert mgr.best_step() == 2
   restored, step = ck.restore_params_only(str(d), prefer_best=True)
   assert step == 4 and float(restored['w'][0]) == 4.0
   assert ck.PhaseCheckpointManager(d).best_step() == 4  # found again after a restart

@@ -253,13 +253,18 @@ def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
 
   def fake_selection_figures(records, metric):
     assert metric == 'r_task'
-    return {'dev/score': next(scores), 'dev/episodes': float(len(records))}
+    return {'dev/score': next(scores), 'dev/invalid_rate': 0.25,
+            'dev/episodes': float(len(records))}
 
   workdir = _copy_prerequisites(tmp_path / 'select')  # may run the curriculum: first
   monkeypatch.setattr(rl_selection, 'selection_figures', fake_selection_figures)
-  config = tiny_config('phase_b', **{'rl.num_updates': 3, 'rl.eval_every': 1})
+  config = tiny_config('phase_b', **{'rl.num_updates': 3, 'rl.eval_every': 1,
+                                     'rl.internal_dev_episodes': 2})
   out = rl_phase.run_rl_phase(config, workdir)
   assert out['selected_step'] == 2 and out['step'] == 3
+  # The summary's end column is the selected update's, read from the records its
+  # selection scored (same dev episodes), not the last update's.
+  assert out['internal_dev/end/step'] == 2
   phase_dir = os.path.join(workdir, 'phase_b')
   with checkpoints.PhaseCheckpointManager(phase_dir) as mgr:
     assert mgr.best_step() == 2 and 2 in mgr.all_steps()

@@ -110,5 +110,7 @@ def test_metric_checks_and_eval_steps():
     rl_selection.check_metric('j_judge')  # held-out judges never select
   assert [n for n in range(1, 8) if phase_runner.itstime(n, 3, 7)] == [3, 6, 7]
   assert [n for n in range(1, 8) if phase_runner.itstime(n, 0, 7)] == [7]
-  assert rl_selection.selection_metrics({'dev/score': 0.25}, 6) == {
-      checkpoint_selection.RL_SELECTION_SCORE: 0.25, checkpoint_selection.RL_SELECTION_STEP: 6}
+  assert rl_selection.selection_metrics({'dev/score': 0.25, 'dev/invalid_rate': 0.5}, 6) == {
+      checkpoint_selection.RL_SELECTION_SCORE: 0.25,
+      checkpoint_selection.RL_SELECTION_INVALID: 0.5,
+      checkpoint_selection.RL_SELECTION_STEP: 6}

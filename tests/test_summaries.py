@@ -48,11 +48,15 @@ def test_op_mix_orders_by_share_and_names_null():
   assert internal_dev.op_mix({}) == '-'
 
 
+def _write_rows(phase_dir, rows):
+  with metrics_lib.MetricsWriter(str(phase_dir), tensorboard=False) as w:
+    for row in rows:
+      w.write(row.pop('step'), row)
+
+
 def test_rl_summary_block(tmp_path):
   phase_dir = tmp_path / 'phase_a'
-  with metrics_lib.MetricsWriter(str(phase_dir), tensorboard=False) as w:
-    for row in _rl_rows(6):
-      w.write(row.pop('step'), row)
+  _write_rows(phase_dir, _rl_rows(6))
   result = {'step': 6, 'reference_phase': 'sft',
             'internal_dev/start/num_episodes': 8.0, 'internal_dev/start/r_task': 0.25,
             'internal_dev/start/m_ans': 0.125, 'internal_dev/start/r_sup': 0.5,
@@ -88,6 +92,26 @@ def test_rl_summary_block(tmp_path):
   assert f'VERMEM_WORKDIR={tmp_path} jupyter nbconvert' in text
 
 
+def test_rl_summary_end_column_names_the_selected_update(tmp_path):
+  phase_dir = tmp_path / 'phase_b'
+  _write_rows(phase_dir, _rl_rows(3))
+  result = {'step': 3, 'reference_phase': 'phase_a',
+            'internal_dev/start/num_episodes': 8.0, 'internal_dev/start/r_task': 0.375,
+            'internal_dev/start/rejected_rate': 0.25,
+            'internal_dev/end/num_episodes': 8.0, 'internal_dev/end/r_task': 0.5,
+            'internal_dev/end/rejected_rate': 0.125, 'internal_dev/end/step': 2.0}
+  lines = summaries.phase_summary('phase_b', result, str(phase_dir)).splitlines()
+  head = next(l for l in lines if 'internal dev' in l)
+  assert head.rstrip().endswith('start (θ phase_a)  update 2 (selected)')
+  rejected = next(l for l in lines if l.strip().startswith('rejected rate')
+                  and '0.250' in l)
+  assert rejected.split()[-2:] == ['0.250', '0.125'] and len(rejected) == len(head)
+  # Logs from before the step was recorded: a plain 'end' column.
+  del result['internal_dev/end/step']
+  lines = summaries.phase_summary('phase_b', result, str(phase_dir)).splitlines()
+  assert next(l for l in lines if 'internal dev' in l).rstrip().endswith(' end')
+
+
 def test_rl_summary_shows_the_rejection_preference(tmp_path):
   phase_dir = tmp_path / 'phase_b'
   rows = _rl_rows(4)
@@ -98,9 +122,7 @@ def test_rl_summary_shows_the_rejection_preference(tmp_path):
                 'advantage/a_hier_rejected_mean': rej,
                 'advantage/a_hier_executable_mean': exe})
   rows[0]['advantage/a_hier_executable_mean'] = 0.0
-  with metrics_lib.MetricsWriter(str(phase_dir), tensorboard=False) as w:
-    for row in rows:
-      w.write(row.pop('step'), row)
+  _write_rows(phase_dir, rows)
   lines = summaries.phase_summary('phase_b', {'step': 4}, str(phase_dir)).splitlines()
 
   def row(label):
@@ -113,9 +135,7 @@ def test_rl_summary_shows_the_rejection_preference(tmp_path):
   assert any("below the rejected ones' mean" in l for l in lines)
   # A run that never logged them (older logs) shows '-'.
   other = tmp_path / 'phase_a'
-  with metrics_lib.MetricsWriter(str(other), tensorboard=False) as w:
-    for r in _rl_rows(2):
-      w.write(r.pop('step'), r)
+  _write_rows(other, _rl_rows(2))
   lines = summaries.phase_summary('phase_a', {'step': 2}, str(other)).splitlines()
   assert row('executable below rejected') == ['-', '-']
 

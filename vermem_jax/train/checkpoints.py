@@ -33,8 +33,8 @@ Guarantees:
   step again. If no checkpoint is restorable, `CheckpointError` lists every error.
 - Retention: the newest `max_to_keep` steps, plus the best step by `selection_metrics`
   (SFT: dev tool accuracy, ties broken by a lower invalid rate, SPEC §4, a full tie on
-  both going to the later step; RL phases: the internal-dev score, ties to the later
-  step, paper C.8).
+  both going to the later step; RL phases: the internal-dev score, paper C.8, ties to
+  the lower dev invalid rate, then to the later step).
 
 Silent bit flips inside array files are not detected (no checksums); truncated, missing
 or unparsable files are.
@@ -125,8 +125,8 @@ class PhaseCheckpointManager:
     max_to_keep: newest checkpoints kept (config `checkpoint.max_to_keep`); the best one
       by `selection_metrics` is kept in addition.
     best_key: ranks `selection_metrics` (larger is better); default `selection_key`
-      (SFT: dev tool accuracy then invalid rate; RL: internal-dev score, ties to the
-      later step).
+      (SFT: dev tool accuracy then invalid rate; RL: internal-dev score, then invalid
+      rate, ties to the later step).
     async_save: write checkpoints in a background thread (module docstring; config
       `checkpoint.async_save`).
   """

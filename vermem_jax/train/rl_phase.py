@@ -42,9 +42,10 @@ One update n (1-based; a checkpoint's step = completed updates):
   3. Checkpoint selection (paper C.8; train/rl_selection.py): every `rl.eval_every`
      updates and after the last, the new parameters run the phase's internal-dev
      episodes greedily (no verifier) and score `rl.selection_metric`; that update's
-     checkpoint is saved with selection metrics {'dev_score', 'step'}. The phase's
-     selected checkpoint — what the next phase starts from and regularizes towards,
-     and what evaluation loads — is the best score, ties to the later step.
+     checkpoint is saved with selection metrics {'dev_score', 'dev_invalid_rate',
+     'step'}. The phase's selected checkpoint — what the next phase starts from and
+     regularizes towards, and what evaluation loads — is the best score, ties to the
+     fewer rejected dev decisions, then to the later step.
   4. Logging (`dev/*` at scored updates), then a checkpoint every
      `checkpoint.save_every` updates, at every scored update and at the end.
 
@@ -107,6 +108,7 @@ from vermem_jax.rl import rollout
 from vermem_jax.rl import rollout_records
 from vermem_jax.rl import running_stats
 from vermem_jax.rl import task_selection
+from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
 from vermem_jax.train import internal_dev
@@ -205,6 +207,13 @@ class _RLPhase:
                   if rl.advantage_table else None)
     self.last: dict[str, float] = {}
     self.end_row: dict[str, float] = {}
+    # Summary figures of every update scored in this process, when the selection's dev
+    # episodes are the summary's: the end column then reads the selected update's
+    # records instead of running the dev episodes again.
+    # (Both are prefixes of setup.dev_specs.)
+    self.same_dev_set = (self.dev_count > 0 and len(self.dev_specs)
+                         == min(self.dev_count, len(setup.dev_specs)))
+    self.scored: dict[int, tuple[tuple, dict[str, float]]] = {}
 
   def step(self, n: int) -> phase_runner.StepResult:
     setup, tok, t0 = self.setup, self.setup.tokenizer, time.perf_counter()
@@ -247,7 +256,10 @@ class _RLPhase:
 
   def evaluate(self, n: int) -> phase_runner.Evaluation:
     """Selection figures of θ_n on the dev episodes; at the last update also the
-    summary's `internal_dev/end/*`."""
+    summary's `internal_dev/end/*`: the figures of the update the phase selects
+    (`internal_dev/end/step`), from the records its selection scored, or θ_n's own
+    evaluation when those records are not at hand (a different episode set, or an
+    update scored before a restart)."""
     t0 = time.perf_counter()
     self.dev_policy.params = self.params
     records = internal_dev.run_dev_episodes(
@@ -257,10 +269,19 @@ class _RLPhase:
         rng=self.seed, group=self.group)
     dev = rl_selection.selection_figures(records, self.metric)
     dev['time/dev_eval_s'] = time.perf_counter() - t0
+    selection = rl_selection.selection_metrics(dev, n)
+    if self.same_dev_set:
+      self.scored[n] = (checkpoint_selection.rl_selection_key(selection),
+                        internal_dev.summary(records))
     if n == self.total and self.dev_count > 0:
-      self.end_row = _dev_row('end', internal_dev_figures(
-          self.setup, self.params, self.dev_count, self.mesh))
-    return phase_runner.Evaluation(dev, rl_selection.selection_metrics(dev, n))
+      best = max(self.scored, key=lambda k: self.scored[k][0], default=None)
+      if best is not None and self.resumed_from == 0:
+        figures, step = self.scored[best][1], best
+      else:
+        figures, step = internal_dev_figures(self.setup, self.params, self.dev_count,
+                                             self.mesh), n
+      self.end_row = _dev_row('end', {**figures, 'step': float(step)})
+    return phase_runner.Evaluation(dev, selection)
 
   def rows(self, n, result, evaluation, log_due):
     row = result.row

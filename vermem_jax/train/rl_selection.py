@@ -14,7 +14,8 @@ the metric `rl.selection_metric`:
 
 The checkpoint of that update is saved with selection metrics {'dev_score', 'step'};
 the phase's selected checkpoint — what the next phase starts from and what evaluation
-loads — is the best score, ties to the later step (`checkpoints.rl_selection_key`).
+loads — is the best score, ties to the lower share of rejected dev decisions, then to
+the later step (`checkpoint_selection.rl_selection_key`).
 Held-out data and the evaluation judges never take part.
 """
 
@@ -83,6 +84,8 @@ def dev_evaluation(specs: Sequence[environment.EpisodeSpec], policy: Any, solver
 
 
 def selection_metrics(dev: dict[str, float], step: int) -> dict[str, float]:
-  """The checkpoint's selection metrics (`checkpoints.rl_selection_key`)."""
+  """The checkpoint's selection metrics (`checkpoint_selection.rl_selection_key`)
+  from `selection_figures`."""
   return {checkpoint_selection.RL_SELECTION_SCORE: float(dev['dev/score']),
+          checkpoint_selection.RL_SELECTION_INVALID: float(dev['dev/invalid_rate']),
           checkpoint_selection.RL_SELECTION_STEP: int(step)}

@@ -167,11 +167,16 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
     prev = result.get('reference_phase', 'previous')
     head = f'start (θ {prev})'
     w = max(14, len(head))  # a long phase name widens the column, not the row
+    # The end column is the selected update's, the one the next phase starts from
+    # (rl_phase._RLPhase.evaluate; best r^task, then fewest rejected); logs written
+    # before it was recorded have no step and hold the last update's.
+    tail = (f'update {int(end["step"])} (selected)' if end.get('step') is not None
+            else 'end')
     lines.append(f'  {f"internal dev ({n} ep., greedy)":<{_RL_LABEL_W}s} '
-                 f'{head:>{w}s} {"end":>14s}')
+                 f'{head:>{w}s} {tail:>20s}')
     for label, key in DEV_ROWS:
       lines.append(f'  {label:<{_RL_LABEL_W}s} {_fmt(start.get(key)):>{w}s} '
-                   f'{_fmt(end.get(key)):>14s}')
+                   f'{_fmt(end.get(key)):>20s}')
     for label, values in (('dev operation mix, start', start), ('dev operation mix, end', end)):
       lines.append(f'  {label:<{_RL_LABEL_W}s} {internal_dev.op_mix(values)}')
   workdir = workdir or os.path.dirname(os.path.abspath(phase_dir))
