@@ -19,6 +19,7 @@ import pytest
 from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints as ck
+from vermem_jax.train import optim
 
 # Orbax's failed restores of corrupt files can leave an asyncio callback behind.
 pytestmark = pytest.mark.filterwarnings(
@@ -403,3 +404,43 @@ def test_rl_selection_prefers_score_then_later_step(tmp_path):
   restored, step = ck.restore_params_only(str(d), prefer_best=True)
   assert step == 4 and float(restored['w'][0]) == 4.0
   assert ck.PhaseCheckpointManager(d).best_step() == 4  # found again after a restart
+
+
+def test_optimizer_state_mismatch_names_the_optimizer_not_the_model(tmp_path):
+  """An SFT checkpoint written before SFT and RL shared optim.make_optimizer, with a
+  constant rate and no warmup, holds a schedule counter the optimizer no longer keeps:
+  restoring it fails naming that cause (not 'another model'); the default SFT schedule
+  (warmup) restores as before."""
+  params = _params()
+  old_opt = dict(b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=1.0)
+  # What SFT built then: the constant rate wrapped in a schedule.
+  old_state = optim.clipped_adamw(optax.constant_schedule(1e-3), **old_opt).init(params)
+  d = tmp_path / 'sft'
+  with ck.PhaseCheckpointManager(d, async_save=False) as mgr:
+    mgr.save(ck.TrainState(step=1, params=params, opt_state=old_state,
+                           rng=jax.random.PRNGKey(0)))
+  edge = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0,
+                               lr_schedule='constant', section='sft')
+  template = ck.TrainState(step=0, params=params, rng=jax.random.PRNGKey(0),
+                           opt_state=optim.make_optimizer(edge).init(params))
+  with ck.PhaseCheckpointManager(d) as mgr:
+    with pytest.raises(checkpoint_values.CheckpointError) as err:
+      mgr.restore(template)
+  msg = str(err.value)
+  assert checkpoint_values.OPT_STATE_MISMATCH in msg
+  assert "sft.lr_schedule='constant'" in msg and 'sft.warmup_ratio=0' in msg
+  assert 'another model' not in msg
+  assert sorted(os.listdir(d)) == ['1']  # nothing deleted
+  # The default SFT setting (a warmup): the state main wrote restores exactly.
+  default = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10,
+                                  warmup_ratio=0.03, lr_schedule='linear',
+                                  section='sft')
+  written = optim.clipped_adamw(
+      optim.lr_schedule('linear', 1e-3, 10, 0.03), **old_opt).init(params)
+  d2 = tmp_path / 'sft2'
+  with ck.PhaseCheckpointManager(d2, async_save=False) as mgr:
+    mgr.save(ck.TrainState(step=1, params=params, opt_state=written))
+  with ck.PhaseCheckpointManager(d2) as mgr:
+    got = mgr.restore(ck.TrainState(step=0, params=params,
+                                    opt_state=optim.make_optimizer(default).init(params)))
+  _assert_tree_equal(got.opt_state, written)

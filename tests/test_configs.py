@@ -469,9 +469,10 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
   c = common.get_config('sft')
   assert c.sft.teacher_backend is None
   defaults = sft_data_config.SFTDataConfig()
-  for name in ('teacher_api_key_env', 'teacher_timeout_s', 'teacher_max_tokens',
-               'teacher_temperature', 'teacher_base_url', 'teacher_model'):
+  for name in ('teacher_max_tokens', 'teacher_temperature'):
     assert c.sft[name] == getattr(defaults, name), name
+  for name in ('api_key_env', 'timeout_s', 'base_url', 'model'):
+    assert c.sft['teacher_' + name] == getattr(defaults.teacher, name), name
   c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible',
                    '--config.sft.teacher_base_url=http://127.0.0.1:9/v1',
                    '--config.sft.teacher_model=qwen-teacher',
@@ -480,9 +481,9 @@ def test_sft_teacher_fields_reach_the_sft_data_config():
   run = run_setup.RunSetup.from_config(c)
   data_cfg = run.sft.data
   assert data_cfg.teacher_backend == 'openai_compatible'
-  assert data_cfg.teacher_base_url == 'http://127.0.0.1:9/v1'
-  assert data_cfg.teacher_model == 'qwen-teacher'
-  assert data_cfg.teacher_timeout_s == 5.0 and data_cfg.teacher_max_tokens == 99
+  assert data_cfg.teacher.base_url == 'http://127.0.0.1:9/v1'
+  assert data_cfg.teacher.model == 'qwen-teacher'
+  assert data_cfg.teacher.timeout_s == 5.0 and data_cfg.teacher_max_tokens == 99
   assert sft.trajectory_fingerprint(run)['teacher_backend'] == 'openai_compatible'
   c = _parse_flags('sft.py', '--config.sft.teacher_backend=openai_compatible')
   with pytest.raises(ValueError, match='config.sft.teacher_base_url'):

@@ -35,7 +35,7 @@ def make(server, **kw):
              api_key_env=KEY_ENV, timeout_s=0.2, max_retries=2, backoff_s=0.001,
              fallback='zero')
   cfg.update(kw)
-  judge = judges.make_judge(judges.JudgeConfig(**cfg))
+  judge = judges.make_judge(judges.JudgeConfig.from_config(cfg))
   judge.sleeps = []
   judge._sleep = judge.sleeps.append  # pylint: disable=protected-access
   return judge
@@ -122,8 +122,8 @@ def test_config_checks():
 def test_unset_api_key_is_named(monkeypatch):
   monkeypatch.delenv(KEY_ENV)
   with pytest.raises(ValueError, match=KEY_ENV):
-    judges.make_judge(judges.JudgeConfig(backend='openai_compatible', base_url='http://x',
-                                         model='m', api_key_env=KEY_ENV))
+    judges.make_judge(judges.JudgeConfig.from_config(dict(
+        backend='openai_compatible', base_url='http://x', model='m', api_key_env=KEY_ENV)))
 
 
 def test_local_model_judge_through_the_sampler_interface(qwen25_tokenizer_dir,

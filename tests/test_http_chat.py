@@ -199,3 +199,28 @@ def test_chat_backend_config_checks_and_builds_the_client(monkeypatch):
       'http://127.0.0.1:9/v1/chat/completions', 'm', 5.0)
   assert (retrying.max_retries, retrying.backoff_s, retrying.max_concurrency) == (2, 0.5, 3)
   assert cfg.client(require_api_key=False, retry_in_client=False).max_retries == 0
+
+
+def test_split_reads_a_sections_flat_endpoint_keys():
+  """The endpoint keys of a flat config section (with the teacher's prefix) become one
+  ChatBackendConfig; the other keys come back untouched; missing keys keep the
+  caller's defaults; errors name the config field."""
+  defaults = http_chat.ChatBackendConfig(api_key_env='DEFAULT_KEY', timeout_s=30.0,
+                                         section='sft', key_prefix='teacher_')
+  section = {'teacher_base_url': 'http://h:1/v1', 'teacher_model': 'm',
+             'teacher_timeout_s': 5, 'teacher_max_tokens': 99, 'base_url': 'other',
+             'learning_rate': 2e-5}
+  chat, rest = http_chat.ChatBackendConfig.split(section, defaults=defaults)
+  assert (chat.base_url, chat.model, chat.api_key_env, chat.timeout_s) == (
+      'http://h:1/v1', 'm', 'DEFAULT_KEY', 5.0)
+  assert isinstance(chat.timeout_s, float)
+  assert (chat.max_retries, chat.max_concurrency, chat.section) == (0, 1, 'sft')
+  assert rest == {'teacher_max_tokens': 99, 'base_url': 'other', 'learning_rate': 2e-5}
+  with pytest.raises(ValueError, match=r'^sft.teacher_timeout_s must be > 0, got 0.0'):
+    http_chat.ChatBackendConfig.split({'teacher_timeout_s': 0}, defaults=defaults)
+  with pytest.raises(ValueError, match=r'^sft.teacher_max_retries: expected int'):
+    http_chat.ChatBackendConfig.split({'teacher_max_retries': 'two'}, defaults=defaults)
+  with pytest.raises(ValueError, match=r"^sft.teacher_base_url: sft.teacher_backend="
+                                       r"'openai_compatible' needs sft.teacher_base_url "
+                                       r'and sft.teacher_model$'):
+    http_chat.ChatBackendConfig(section='sft', key_prefix='teacher_').check_endpoint()

@@ -53,7 +53,7 @@ import jax
 import numpy as np
 from experiments import run as run_lib
 from test_curriculum_e2e import tiny_config
-from vermem_jax.train import checkpoints, optim, rl_optimizer, rl_resume
+from vermem_jax.train import checkpoints, optim, rl_resume
 from vermem_jax.train import setup as setup_lib
 
 U, K, R = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -67,7 +67,7 @@ config = tiny_config('phase_a', **extra)
 mesh = setup_lib.make_mesh(setup_lib.MeshConfig.from_section(config.model))
 template, _ = setup_lib.abstract_train_state(
     setup_lib.model_config_from(config),
-    rl_optimizer.make_optimizer(optim.OptimizerConfig(
+    optim.make_optimizer(optim.OptimizerConfig(
         learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
         lr_schedule='constant')).init, mesh)
 def load(*path, step):
@@ -100,14 +100,14 @@ distributed.initialize(distributed.DistributedOptions(
     initialization_timeout_s=120))
 import jax
 from test_curriculum_e2e import tiny_config
-from vermem_jax.train import checkpoints, optim, rl_optimizer, rl_resume
+from vermem_jax.train import checkpoints, optim, rl_resume
 from vermem_jax.train import setup as setup_lib
 K, R = sys.argv[1], sys.argv[2]
 config = tiny_config('phase_a', **json.loads(sys.argv[3]))
 mesh = setup_lib.make_mesh(setup_lib.MeshConfig.from_section(config.model))
 template, _ = setup_lib.abstract_train_state(
     setup_lib.model_config_from(config),
-    rl_optimizer.make_optimizer(optim.OptimizerConfig(
+    optim.make_optimizer(optim.OptimizerConfig(
         learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
         lr_schedule='constant')).init, mesh)
 out = {'devices': jax.device_count(), 'processes': jax.process_count()}

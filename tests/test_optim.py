@@ -7,7 +7,9 @@ import numpy as np
 import optax
 import pytest
 
+from experiments.configs import common
 from vermem_jax.train import optim
+from vermem_jax.train import run_setup
 
 
 def test_schedules_match_hand_values():
@@ -61,3 +63,49 @@ def test_clipped_adamw_matches_optax_reference_and_masks_decay():
       mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p)))
   assert (jax.tree.structure(ref.init(params))
           == jax.tree.structure(tx.init(params)))
+
+
+def _opt_tree(params, schedule_count: bool):
+  """What main built before SFT and RL shared make_optimizer, written out by hand:
+  (clip EmptyState, (ScaleByAdamState(count, mu, nu), MaskedState(EmptyState) of the
+  weight decay, ScaleByScheduleState(count) or EmptyState of the rate))."""
+  count = jnp.zeros([], jnp.int32)
+  rate = optax.ScaleByScheduleState(count) if schedule_count else optax.EmptyState()
+  return (optax.EmptyState(),
+          (optax.ScaleByAdamState(count, params, params),
+           optax.MaskedState(optax.EmptyState()), rate))
+
+
+@pytest.mark.parametrize('phase,scale', [(p, s) for p in ('sft', 'phase_a', 'phase_b',
+                                                          'phase_c')
+                                         for s in ('tiny', 'paper')])
+def test_default_configs_keep_their_optimizer_state_tree(phase, scale):
+  """Checkpoints written before the one builder restore: the default SFT configs
+  (a warmup, so a schedule counter) and RL configs (constant, no warmup: no counter)
+  build the same state tree, leaf shapes and dtypes as before."""
+  run = run_setup.RunSetup.from_config(common.get_config(phase, f'scale={scale}'))
+  opt = run.sft.opt if phase == 'sft' else run.rl.opt
+  params = {'w': jnp.zeros((2, 3), jnp.bfloat16), 'b': jnp.zeros((3,), jnp.float32)}
+  got = jax.eval_shape(optim.make_optimizer(opt).init, params)
+  want = jax.eval_shape(lambda: _opt_tree(params, schedule_count=phase == 'sft'))
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  assert jax.tree.leaves(got) == jax.tree.leaves(want)
+  # The jitted init is the same state.
+  assert jax.tree.structure(optim.init_optimizer(params, opt=opt)) == jax.tree.structure(want)
+
+
+def test_learning_rate_fn_is_the_applied_rate():
+  """The logged rate is the one make_optimizer applies, also for a constant rate: with
+  sign-only first Adam steps (b1 = b2 = 0, ε ≈ 0) each update is -lr_k · sign(g)."""
+  params = {'w': jnp.ones((2, 2))}
+  for kind, warmup in (('constant', 0.0), ('linear', 0.25), ('cosine', 0.0)):
+    opt = optim.OptimizerConfig(learning_rate=1e-2, total_steps=8, warmup_ratio=warmup,
+                                lr_schedule=kind, adam_b1=0.0, adam_b2=0.0,
+                                adam_eps=1e-12, max_grad_norm=1e6, section='sft')
+    tx, rate = optim.make_optimizer(opt), optim.learning_rate_fn(opt)
+    state, g = tx.init(params), {'w': jnp.full((2, 2), 0.5)}
+    for k in range(8):
+      upd, state = tx.update(g, state, params)
+      np.testing.assert_allclose(np.asarray(upd['w']), -float(rate(k)), rtol=1e-5)
+    if kind == 'constant':
+      assert float(rate(5)) == 1e-2

@@ -63,7 +63,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
     from experiments.configs import common
     from vermem_jax.models import qwen, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import optim, rl_learner, rl_optimizer, setup
+    from vermem_jax.train import optim, rl_learner, setup
 
     cfg = qwen.QwenConfig(vocab_size=512, hidden_size=64, intermediate_size=128,
                           num_hidden_layers=2, num_attention_heads=4,
@@ -85,7 +85,7 @@ _FSDP_SCRIPT = textwrap.dedent("""
                                    command_buckets=(16,))
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
-    tx = rl_optimizer.make_optimizer(ropt)
+    tx = optim.make_optimizer(ropt)
     lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
     mesh = setup.make_mesh(setup.MeshConfig.from_section(
         common.get_config('phase_b', 'scale=paper').model))

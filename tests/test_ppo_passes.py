@@ -45,7 +45,7 @@ def setup():
 
 def _run(params, decisions, *, opt, ppo=rl_optimizer.PPOConfig(), loss=LOSS, ref=None,
          state=None, **kw):
-  state = rl_optimizer.make_optimizer(opt).init(params) if state is None else state
+  state = optim.make_optimizer(opt).init(params) if state is None else state
   return rl_learner.learner_update(
       params, params if ref is None else ref, state, decisions,
       rl_learner.LearnerConfig(MC, BCFG, opt, loss=loss, ppo=ppo), **kw)
@@ -88,7 +88,7 @@ def test_one_iteration_is_unchanged(setup):
   opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                               lr_schedule='constant')
   ref = jax.tree.map(lambda x: x * 1.01, params)
-  state0 = rl_optimizer.make_optimizer(opt).init(params)
+  state0 = optim.make_optimizer(opt).init(params)
   new, state, m = _run(params, decisions, opt=opt, ref=ref, state=state0)
   want, want_state, want_loss = _one_step_reference(params, ref, state0, decisions, opt,
                                                     old_from_learner=True)
@@ -200,7 +200,7 @@ def test_non_finite_step_is_skipped_and_counted(setup, monkeypatch):
     return out, grads
 
   monkeypatch.setattr(loss_step, 'grpo_loss_and_grads', nan_on_first_micro_batch)
-  state0 = rl_optimizer.make_optimizer(opt).init(params)
+  state0 = optim.make_optimizer(opt).init(params)
   counter = nonfinite.SkipCounter(2)
   new, state, m = _run(params, decisions, opt=opt, state=state0,
                        ppo=rl_optimizer.PPOConfig(2, 1), skip_counter=counter,

@@ -11,7 +11,6 @@ from vermem_jax.rl import batching
 from vermem_jax.rl import loss_step
 from vermem_jax.train import optim
 from vermem_jax.train import rl_learner
-from vermem_jax.train import rl_optimizer
 
 
 def _tiny_model():
@@ -46,7 +45,7 @@ def test_learner_update_loss_is_minus_mean_advantage_at_theta_ref():
   opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                               lr_schedule='constant')
   new_params, _, m = rl_learner.learner_update(
-      params, params, rl_optimizer.make_optimizer(opt).init(params), decisions,
+      params, params, optim.make_optimizer(opt).init(params), decisions,
       rl_learner.LearnerConfig(mc, bcfg, opt))
   assert m['train/loss'] == pytest.approx(-adv.mean(), abs=1e-5)
   # A per-token mean would give −Σ L_d A_d / Σ L_d instead.
@@ -81,7 +80,7 @@ def test_sampler_logprobs_mode_uses_the_recorded_numbers():
   opt = optim.OptimizerConfig(learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
                               lr_schedule='constant')
   _, _, m = rl_learner.learner_update(
-      params, params, rl_optimizer.make_optimizer(opt).init(params), shifted,
+      params, params, optim.make_optimizer(opt).init(params), shifted,
       rl_learner.LearnerConfig(mc, bcfg, opt,
                                loss=rl_learner.LossConfig(old_logprobs='sampler')))
   assert m['train/ratio'] == pytest.approx(1 / 0.95, rel=1e-4)
@@ -105,7 +104,7 @@ def test_learner_update_is_independent_of_the_micro_batch_split():
     bcfg = batching.BatchingConfig(micro_batch_size=mb, length_buckets=(64,),
                                    command_buckets=(8,))
     outs.append(rl_learner.learner_update(
-        params, ref, rl_optimizer.make_optimizer(opt).init(params), decisions,
+        params, ref, optim.make_optimizer(opt).init(params), decisions,
         rl_learner.LearnerConfig(mc, bcfg, opt)))
   (p1, _, m1), (p2, _, m2) = outs
   assert m1['train/kl'] > 1e-6

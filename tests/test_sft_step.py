@@ -115,7 +115,7 @@ def test_gradient_accumulation_over_unequal_micro_batches(params, short):
            batching.build_batch(dec[3:], UNIT, num_decisions=4, pad_id=PAD)]
   opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0,
                               lr_schedule='linear', section='sft')
-  state = sft_step.init_optimizer(params, opt=opt)
+  state = optim.init_optimizer(params, opt=opt)
   p_full, _, m_full = sft_step.train_step(params, state, [full], model_config=MODEL,
                                           opt=opt)
   p_parts, _, m_parts = sft_step.train_step(params, state, parts, model_config=MODEL,
@@ -136,7 +136,7 @@ def test_overfits_a_handful_of_records(params, short):
   mbs = [batching.build_batch(short[:4], UNIT, num_decisions=4, pad_id=PAD)]
   opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=12, warmup_ratio=0.0,
                               lr_schedule='linear', section='sft')
-  state = sft_step.init_optimizer(params, opt=opt)
+  state = optim.init_optimizer(params, opt=opt)
   p, losses = params, []
   for _ in range(opt.total_steps):
     p, state, m = sft_step.train_step(p, state, mbs, model_config=MODEL, opt=opt)
@@ -150,7 +150,7 @@ def test_linear_warmup_then_linear_decay():
   opt = optim.OptimizerConfig(learning_rate=2e-5, total_steps=100,
                                  warmup_ratio=0.03, lr_schedule='linear', section='sft')
   assert opt.warmup_steps == 3
-  sched = sft_step.lr_schedule(opt)
+  sched = optim.learning_rate_fn(opt)
   # Warmup lr·(k+1)/w: no step runs at lr 0 (issue 9); decay lr·(total−k)/(total−w).
   got = [float(sched(s)) for s in (0, 1, 2, 3, 50, 99, 100)]
   want = [2e-5 / 3, 2 * 2e-5 / 3, 2e-5, 2e-5, 2e-5 * 50 / 97, 2e-5 * 1 / 97, 0.0]
@@ -191,7 +191,7 @@ def test_non_finite_step_is_not_applied(params, short, monkeypatch):
   mbs = [batching.build_batch(short[:4], UNIT, num_decisions=4, pad_id=PAD)]
   opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0,
                               lr_schedule='linear', section='sft')
-  state = sft_step.init_optimizer(params, opt=opt)
+  state = optim.init_optimizer(params, opt=opt)
   real = sft_step.accumulate_micro_batch
   monkeypatch.setattr(sft_step, 'accumulate_micro_batch', lambda *a, **k: dict(
       real(*a, **k), loss_sum=jnp.float32(jnp.inf)))

@@ -1,10 +1,11 @@
 """Tests for vermem_jax.envs.sft_data.teacher (the optional OpenAI-compatible one)."""
 import collections
+import dataclasses
 
 import chat_server
 
 from vermem_jax.envs.sft_data.build import build_sft_set
-from vermem_jax.envs.sft_data.config import SFTDataConfig
+from vermem_jax.envs.sft_data.config import DEFAULT_TEACHER, SFTDataConfig
 from vermem_jax.memory.commands import ALL_OPS
 from vermem_jax.envs.sft_data.teacher import OpenAICompatibleTeacher
 from vermem_jax.memory import config as mconfig
@@ -23,11 +24,11 @@ def test_teacher_candidates_pass_the_same_filters(pools, monkeypatch, capsys):
   server = chat_server.LoopbackChatServer(_alternating_teacher)
   try:
     monkeypatch.setenv('VERMEM_TEST_TEACHER_KEY', 'sk-test-secret-123')
-    cfg = SFTDataConfig(
+    cfg = SFTDataConfig.from_config(dict(
         train_per_target=2, dev_per_target=0, template_fraction=0.5,
         teacher_backend='openai_compatible',
         teacher_base_url=server.url,
-        teacher_model='teacher-test', teacher_api_key_env='VERMEM_TEST_TEACHER_KEY')
+        teacher_model='teacher-test', teacher_api_key_env='VERMEM_TEST_TEACHER_KEY'))
     train, _, report = build_sft_set(construction, dev, count_tokens=count,
                                      config=cfg, verbose=True)
   finally:
@@ -51,7 +52,8 @@ def test_teacher_candidates_pass_the_same_filters(pools, monkeypatch, capsys):
 
 def test_unreachable_teacher_falls_back_to_templates(pools):
   construction, _ = pools
-  teacher = OpenAICompatibleTeacher('http://127.0.0.1:9/v1', 'm', timeout_s=2.0)
+  teacher = OpenAICompatibleTeacher(dataclasses.replace(
+      DEFAULT_TEACHER, base_url='http://127.0.0.1:9/v1', model='m', timeout_s=2.0))
   cfg = SFTDataConfig(train_per_target=2, dev_per_target=0)
   train, _, report = build_sft_set(construction, [], count_tokens=count,
                                    config=cfg, teacher=teacher, verbose=False)

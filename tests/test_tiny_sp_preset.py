@@ -72,7 +72,7 @@ def test_short_sft_overfits_a_handful_of_records_to_exact_match(tok, records):
   params = qwen.init_params(mc, jax.random.PRNGKey(0))
   opt = optim.OptimizerConfig(learning_rate=3e-3, total_steps=STEPS, warmup_ratio=0.1,
                               lr_schedule='linear', section='sft')
-  state = sft_step.init_optimizer(params, opt=opt)
+  state = optim.init_optimizer(params, opt=opt)
   losses = []
   for _ in range(STEPS):
     params, state, m = sft_step.train_step(params, state, mbs, model_config=mc, opt=opt)

@@ -21,7 +21,7 @@ _SCRIPT = textwrap.dedent("""
     import jax, jax.numpy as jnp, numpy as np
     from vermem_jax.models import qwen, sampling, sharding
     from vermem_jax.rl import batching
-    from vermem_jax.train import checkpoints, optim, rl_learner, rl_optimizer, setup, sft_step
+    from vermem_jax.train import checkpoints, optim, rl_learner, setup, sft_step
 
     assert jax.device_count() == 8, jax.devices()
     cfg = qwen.QwenConfig(vocab_size=256, hidden_size=64, intermediate_size=128,
@@ -56,10 +56,10 @@ _SCRIPT = textwrap.dedent("""
     # (a) one SFT step
     opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0,
                                 lr_schedule='linear', section='sft')
-    p1, s1, m1 = sft_step.train_step(params, sft_step.init_optimizer(params, opt=opt),
+    p1, s1, m1 = sft_step.train_step(params, optim.init_optimizer(params, opt=opt),
                                      mbs, model_config=cfg, opt=opt)
     ps = sharding.shard_params(params, mesh)
-    ss = setup.init_opt_state(sft_step.make_optimizer(opt).init, ps, mesh)
+    ss = setup.init_opt_state(optim.make_optimizer(opt).init, ps, mesh)
     mu = ss[1][0].mu
     out['opt_sharded'] = same_shardings(mu, want)
     out['opt_embed_shard'] = list(mu['embed_tokens']['embedding']
@@ -73,7 +73,7 @@ _SCRIPT = textwrap.dedent("""
     # (b) one GRPO learner update (KL to a different π_ref, learner θ_old)
     ropt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=1, warmup_ratio=0.0,
                                  lr_schedule='constant')
-    tx = rl_optimizer.make_optimizer(ropt)
+    tx = optim.make_optimizer(ropt)
     lc = rl_learner.LearnerConfig(cfg, bcfg, ropt)
     q1, t1, n1 = rl_learner.learner_update(params, ref, tx.init(params), decisions, lc)
     refs = sharding.shard_params(ref, mesh)
@@ -90,7 +90,7 @@ _SCRIPT = textwrap.dedent("""
     with checkpoints.PhaseCheckpointManager(d) as mgr:
       mgr.save(checkpoints.TrainState(step=1, params=p2, opt_state=s2,
                                       rng=jax.random.PRNGKey(3)))
-    pa, oa = setup.abstract_train_state(cfg, sft_step.make_optimizer(opt).init, mesh)
+    pa, oa = setup.abstract_train_state(cfg, optim.make_optimizer(opt).init, mesh)
     with checkpoints.PhaseCheckpointManager(d) as mgr:
       r = mgr.restore(checkpoints.TrainState(step=0, params=pa, opt_state=oa,
                                              rng=jax.random.PRNGKey(0)))

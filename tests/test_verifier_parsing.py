@@ -4,6 +4,7 @@ import dataclasses
 import ml_collections
 import pytest
 
+from vermem_jax import http_chat
 from vermem_jax.verifiers import backends
 from vermem_jax.verifiers import base, parsing, prompts
 from vermem_jax.verifiers import heuristic
@@ -75,16 +76,19 @@ def test_scores_validate_range():
 ])
 def test_config_rejects_bad_values(field, value):
   with pytest.raises(ValueError, match=field):
-    base.VerifierConfig(**{field: value})
+    base.VerifierConfig.from_config({field: value})
 
 
 def test_config_http_needs_url_and_model():
   with pytest.raises(ValueError, match="base_url"):
-    base.VerifierConfig(backend="openai_compatible", model="m")
+    base.VerifierConfig.from_config({"backend": "openai_compatible", "model": "m"})
 
 
 def test_make_verifier_from_configdict_and_unknown_keys():
-  cd = ml_collections.ConfigDict(dataclasses.asdict(base.VerifierConfig()))
+  default = base.VerifierConfig()
+  flat = {k: v for k, v in dataclasses.asdict(default).items() if k != "chat"}
+  flat.update({k: getattr(default.chat, k) for k in http_chat.ENDPOINT_FIELDS})
+  cd = ml_collections.ConfigDict(flat)
   v = backends.make_verifier(cd)
   assert isinstance(v, heuristic.HeuristicVerifier)
   with pytest.raises(ValueError, match="unknown verifier config keys"):

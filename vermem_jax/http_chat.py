@@ -24,6 +24,9 @@ The API key is read once, at construction, from the environment variable named b
 
 `ChatBackendConfig` holds one endpoint's settings as every caller reads them (the
 verifier, the evaluation judge, the task solver, the SFT teacher) and builds its client.
+The experiment config keeps each caller's endpoint keys flat in its own section
+(`verifier.base_url`, `eval.judge.timeout_s`, `solver.max_retries`,
+`sft.teacher_model`, ...); `ChatBackendConfig.split` is the one place that reads them.
 """
 
 from __future__ import annotations
@@ -36,11 +39,16 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 # HTTP statuses worth retrying besides every 5xx: request timeout, conflict, too early,
 # rate limit.
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429})
+
+# The endpoint fields of ChatBackendConfig, as config keys (after a section's prefix),
+# with the type each value is read as.
+ENDPOINT_FIELDS = {'base_url': str, 'model': str, 'api_key_env': str, 'timeout_s': float,
+                   'max_concurrency': int, 'max_retries': int, 'backoff_s': float}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,9 +65,12 @@ class ChatBackendConfig:
     max_concurrency: requests in flight at once (>= 1).
     max_retries: extra attempts after a retryable failure (>= 0); see `client`.
     backoff_s: base of the exponential retry backoff (seconds, >= 0).
-    section: the config section the values come from; names the field in errors.
+    section: the config section the values come from ('verifier', 'eval.judge',
+      'solver', 'sft'); names the field in errors.
+    key_prefix: the prefix of the endpoint keys in that section ('teacher_' for
+      `sft.teacher_base_url`, ...; '' for the others).
   Raises:
-    ValueError: a number out of range, naming `<section>.<field>`.
+    ValueError: a number out of range, naming `<section>.<key_prefix><field>`.
   """
   base_url: str = ''
   model: str = ''
@@ -69,27 +80,55 @@ class ChatBackendConfig:
   max_retries: int = 0
   backoff_s: float = 1.0
   section: str = 'chat'
+  key_prefix: str = ''
 
   def __post_init__(self):
     if not self.timeout_s > 0:
-      raise ValueError(f'{self.section}.timeout_s must be > 0, got {self.timeout_s}')
+      raise ValueError(f'{self.field("timeout_s")} must be > 0, got {self.timeout_s}')
     for name, low in (('max_concurrency', 1), ('max_retries', 0), ('backoff_s', 0)):
       if getattr(self, name) < low:
-        raise ValueError(f'{self.section}.{name} must be >= {low}, got '
+        raise ValueError(f'{self.field(name)} must be >= {low}, got '
                          f'{getattr(self, name)}')
 
+  def field(self, name: str) -> str:
+    """The config field of endpoint setting `name`, e.g. 'sft.teacher_timeout_s'."""
+    return f'{self.section}.{self.key_prefix}{name}'
+
   @classmethod
-  def of(cls, settings: Any, section: str) -> 'ChatBackendConfig':
-    """The endpoint fields of `settings` (a section's config object with fields of the
-    same names, e.g. VerifierConfig), checked."""
-    return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)
-                  if f.name != 'section'}, section=section)
+  def split(cls, section: Mapping[str, Any], *, defaults: 'ChatBackendConfig'
+            ) -> tuple['ChatBackendConfig', dict[str, Any]]:
+    """Reads the endpoint out of a config section whose keys are flat.
+
+    Args:
+      section: the section's values (dict or ConfigDict), e.g. `config.verifier`.
+      defaults: the caller's defaults; its `section` and `key_prefix` say where the
+        keys are (`<key_prefix><field>`, e.g. 'teacher_base_url') and name them in
+        errors. A key the section lacks keeps its default.
+    Returns:
+      (the checked ChatBackendConfig, the section's other keys as a dict).
+    Raises:
+      ValueError: a value of the wrong type or out of range, naming the field.
+    """
+    rest = dict(section)
+    values = {}
+    for name, kind in ENDPOINT_FIELDS.items():
+      key = defaults.key_prefix + name
+      if key not in rest:
+        continue
+      value = rest.pop(key)
+      try:
+        values[name] = '' if value is None and kind is str else kind(value)
+      except (TypeError, ValueError) as e:
+        raise ValueError(f'{defaults.field(name)}: expected {kind.__name__}, got '
+                         f'{value!r}') from e
+    return dataclasses.replace(defaults, **values), rest
 
   def check_endpoint(self) -> None:
     """Raises ValueError unless base_url and model are both set (naming them)."""
     if not (self.base_url and self.model):
-      raise ValueError(f"{self.section}.backend='openai_compatible' needs "
-                       f'{self.section}.base_url and {self.section}.model')
+      raise ValueError(f"{self.field('base_url')}: {self.field('backend')}="
+                       f"'openai_compatible' needs {self.field('base_url')} and "
+                       f"{self.field('model')}")
 
   def client(self, *, require_api_key: bool, retry_in_client: bool) -> 'ChatClient':
     """The endpoint's `ChatClient`.
@@ -105,7 +144,7 @@ class ChatBackendConfig:
     self.check_endpoint()
     return ChatClient(self.base_url, self.model, api_key_env=self.api_key_env,
                       require_api_key=require_api_key,
-                      api_key_field=f'{self.section}.api_key_env',
+                      api_key_field=self.field('api_key_env'),
                       timeout_s=self.timeout_s,
                       max_retries=self.max_retries if retry_in_client else 0,
                       backoff_s=self.backoff_s, max_concurrency=self.max_concurrency)

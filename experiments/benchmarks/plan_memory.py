@@ -70,7 +70,7 @@ from experiments.configs import common  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import memory_plan  # noqa: E402
-from vermem_jax.train import rl_optimizer  # noqa: E402
+from vermem_jax.train import optim  # noqa: E402
 from vermem_jax.train import setup as setup_lib  # noqa: E402
 
 def phase_config(phase: str = 'phase_b', scale: str = 'paper',
@@ -153,7 +153,7 @@ def measured_learner_peak(s: memory_plan.PlanSettings, seed: int = 0) -> dict[st
   key = jax.random.PRNGKey(seed)
   params = qwen.init_params(s.model_config, key)
   ref = jax.tree.map(lambda x: x * 1.01, params)
-  opt_state = rl_optimizer.make_optimizer(s.opt).init(params)
+  opt_state = optim.make_optimizer(s.opt).init(params)
   grad_sum = setup_lib.zeros_like_params(params)
   rs = np.random.RandomState(seed)
   b, t, l = s.micro_batch, s.length, s.command_tokens

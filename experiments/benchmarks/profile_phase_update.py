@@ -53,8 +53,8 @@ from vermem_jax.rl import policy as policy_lib  # noqa: E402
 from vermem_jax.rl import rollout  # noqa: E402
 from vermem_jax.rl import task_selection  # noqa: E402
 from vermem_jax.train import checkpoints  # noqa: E402
+from vermem_jax.train import optim  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
-from vermem_jax.train import rl_optimizer  # noqa: E402
 from vermem_jax.train import rl_setup  # noqa: E402
 from vermem_jax.train import run_setup  # noqa: E402
 
@@ -117,7 +117,7 @@ def main():
   t0 = time.perf_counter()
   running, _ = rl_setup.init_running_stats(setup)
   t_stats = time.perf_counter() - t0
-  opt_state = rl_optimizer.make_optimizer(rl.opt).init(params)
+  opt_state = optim.make_optimizer(rl.opt).init(params)
   policy = policy_lib.SamplerPolicy(mc, params, setup.tokenizer,
                                     sampling_config=setup.run.sampling,
                                     batch_buckets=(rl.rollout.num_rollouts,))

@@ -45,6 +45,13 @@ ANSWER = "answer"
 CONTINUE = "continue"
 ACTION = "action"  # an action for an interactive benchmark (envs.interactive)
 
+# The 'openai_compatible' solver endpoint's defaults (keys `solver.base_url`, ... of the
+# config, read by train.task_solver_setup.SolverSetup; the section has no backoff key:
+# 1 s).
+DEFAULT_CHAT = http_chat.ChatBackendConfig(
+    api_key_env="VERMEM_SOLVER_API_KEY", timeout_s=60.0, max_concurrency=8,
+    max_retries=2, backoff_s=1.0, section="solver")
+
 
 @dataclasses.dataclass(frozen=True)
 class SolverConfig:

@@ -84,8 +84,7 @@ class HotpotQASuite:
     self.config = config
     self.tok = tok
     self.exec_cfg = exec_cfg
-    self.judge_cfg = config_util.dataclass_from_mapping(judges.JudgeConfig,
-                                                        ev.judge.to_dict())
+    self.judge_cfg = judges.JudgeConfig.from_config(ev.judge.to_dict())
     self.rule = metrics.resolve_success_rule(ev.success_rule, bool(self.judge_cfg.backend))
     self.examples = hotpotqa_sources.load_from_config(
         hotpotqa.DataConfig.from_config(config.data.to_dict()), hotpotqa.VALIDATION)
@@ -95,7 +94,7 @@ class HotpotQASuite:
     self.solver_label = task_solver_setup.solver_label(config)
     self.judge = judges.make_judge(self.judge_cfg, tokenizer=tok)
     self.judge_label = (f'{self.judge_cfg.backend}: '
-                        f'{self.judge_cfg.model or self.judge_cfg.checkpoint_path}'
+                        f'{self.judge_cfg.chat.model or self.judge_cfg.checkpoint_path}'
                         if self.judge is not None else None)
 
   def items(self, seed: int) -> list:

@@ -12,7 +12,8 @@ Both ask an independent model for ONE number in [0, 1]:
 The prompts are our own wording of the paper's rubrics.
 
 Backends (config `eval.judge.backend`): 'openai_compatible' (an HTTP chat-completions
-server through `http_chat.ChatClient`; key from the variable named by `api_key_env`)
+server through `http_chat.ChatClient`; key from the variable named by
+`eval.judge.api_key_env`)
 and 'local_model' (a Flax Qwen checkpoint through the project's sampler,
 `verifiers.local_model.LocalChatGenerator`). '' = no judge: J_judge and MQ are then
 reported as absent, never replaced by another number.
@@ -48,6 +49,10 @@ _LOG = logging.getLogger(__name__)
 
 BACKENDS = ('', 'openai_compatible', 'local_model')
 FALLBACKS = ('zero', 'skip')
+# The HTTP endpoint's defaults (keys `eval.judge.base_url`, ... of the config).
+DEFAULT_CHAT = http_chat.ChatBackendConfig(
+    api_key_env='VERMEM_JUDGE_API_KEY', timeout_s=60.0, max_concurrency=8, max_retries=2,
+    backoff_s=1.0, section='eval.judge')
 
 ANSWER_SYSTEM = (
     'You grade answers to questions, independently of whoever wrote them. Compare the '
@@ -88,21 +93,21 @@ class JudgeOutputError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
-  """Judge settings (config section `eval.judge`; field names = its keys).
+  """Judge settings: the keys of config section `eval.judge` (`from_config`), the
+  endpoint's flat keys gathered in `chat`.
 
   Attributes:
     backend: '' (no judge), 'openai_compatible' or 'local_model'.
-    base_url, model: HTTP endpoint root (…/v1) and the model name served there
-      (the paper used a fixed Qwen-Max snapshot).
-    api_key_env: environment variable holding the API key ('' = no auth); the key is
-      never logged or stored.
-    timeout_s, max_concurrency: HTTP request timeout (s) and requests in flight.
-    max_retries: extra attempts per example after a malformed reply or a retryable
-      transport failure (decision: 2).
-    backoff_s: base of the transport-retry backoff (seconds).
+    chat: keys `eval.judge.base_url`, `model`, `api_key_env`, `timeout_s`,
+      `max_concurrency`, `max_retries`, `backoff_s` (http_chat.ChatBackendConfig):
+      the HTTP endpoint root (…/v1) and the model served there (the paper used a
+      fixed Qwen-Max snapshot); the API key is never logged or stored; `max_retries`
+      extra attempts per example after a malformed reply or a retryable transport
+      failure (decision: 2), `backoff_s` the base of the transport-retry backoff.
+      local_model: `chat.model` is the preset of random weights (tests only).
     fallback: 'zero' or 'skip' once retries are spent (counted either way).
-    checkpoint_path: local_model: HF Qwen folder ('' = random weights of `model`, a
-      preset name — tests only). tokenizer_path: '' = the run's tokenizer.
+    checkpoint_path: local_model: HF Qwen folder ('' = random weights of `chat.model`,
+      a preset name — tests only). tokenizer_path: '' = the run's tokenizer.
     max_new_tokens: reply limit in tokens; a reasoning model writes its <think> block
       before the number, so this bounds that block too (decision: 1,024 in the
       paper config; a bare number needs a few tokens).
@@ -112,13 +117,7 @@ class JudgeConfig:
     seed: local_model PRNG seed.
   """
   backend: str = ''
-  base_url: str = ''
-  model: str = ''
-  api_key_env: str = 'VERMEM_JUDGE_API_KEY'
-  timeout_s: float = 60.0
-  max_concurrency: int = 8
-  max_retries: int = 2
-  backoff_s: float = 1.0
+  chat: http_chat.ChatBackendConfig = DEFAULT_CHAT
   fallback: str = 'zero'
   checkpoint_path: str = ''
   tokenizer_path: str = ''
@@ -134,22 +133,25 @@ class JudgeConfig:
     if self.fallback not in FALLBACKS:
       raise ValueError(f'eval.judge.fallback={self.fallback!r}; expected one of '
                        f'{FALLBACKS}')
-    chat = self.chat  # checks the endpoint's numbers
     if self.backend == 'openai_compatible':
-      chat.check_endpoint()
+      self.chat.check_endpoint()
     for name, low in (('max_new_tokens', 1), ('batch_size', 1), ('temperature', 0),
                       ('max_section_chars', 100)):
       if getattr(self, name) < low:
         raise ValueError(f'eval.judge.{name} must be >= {low}, got {getattr(self, name)}')
 
-  @property
-  def chat(self) -> http_chat.ChatBackendConfig:
-    """The HTTP backend's endpoint settings (section `eval.judge`)."""
-    return http_chat.ChatBackendConfig.of(self, 'eval.judge')
-
   @classmethod
-  def from_config(cls, section: Mapping[str, Any]) -> 'JudgeConfig':
-    return config_util.dataclass_from_mapping(cls, section)
+  def from_config(cls, section: Mapping[str, Any], *, strict: bool = False
+                  ) -> 'JudgeConfig':
+    """From config section `eval.judge` (dict or ConfigDict; flat keys).
+
+    Raises:
+      ValueError: a bad value, named; with `strict`, a key that is not a setting.
+    """
+    chat, rest = http_chat.ChatBackendConfig.split(section, defaults=DEFAULT_CHAT)
+    return config_util.dataclass_from_mapping(cls, rest, strict=strict,
+                                              what='JudgeConfig',
+                                              overrides={'chat': chat})
 
 
 def parse_score(text: str) -> float:
@@ -245,7 +247,7 @@ class Judge:
     current = [list(c) for c in conversations]
     pending = list(range(n))
     failed: list[int] = []
-    for attempt in range(self.config.max_retries + 1):
+    for attempt in range(self.config.chat.max_retries + 1):
       if not pending:
         break
       if attempt:
@@ -272,14 +274,14 @@ class Judge:
               {'role': 'user', 'content': RETRY_TEXT.format(error=e)}]
           next_pending.append(i)
       pending = next_pending
-      if transport and pending and attempt < self.config.max_retries and (
-          self.config.backoff_s > 0):
-        self._sleep(self.config.backoff_s * 2 ** attempt)
+      if transport and pending and attempt < self.config.chat.max_retries and (
+          self.config.chat.backoff_s > 0):
+        self._sleep(self.config.chat.backoff_s * 2 ** attempt)
     failed = sorted(failed + pending)
     self.counters['fallbacks'] += len(failed)
     if failed:
       _LOG.warning('judge: %d of %d examples unscored after %d attempts; fallback=%s',
-                   len(failed), n, self.config.max_retries + 1, self.config.fallback)
+                   len(failed), n, self.config.chat.max_retries + 1, self.config.fallback)
     value = 0.0 if self.config.fallback == 'zero' else None
     out = [(s, False) for s in scores]
     for i in failed:
@@ -314,7 +316,7 @@ def make_judge(config: JudgeConfig, *, tokenizer: Any = None, model_config: Any 
   if (model_config is None) != (params is None):
     raise ValueError('make_judge: pass both model_config and params, or neither')
   if model_config is None:
-    model_config, params = local_model.load_model(config.checkpoint_path, config.model,
+    model_config, params = local_model.load_model(config.checkpoint_path, config.chat.model,
                                                   config.seed)
   if config.tokenizer_path:
     tokenizer = tokenization.load_tokenizer(config.tokenizer_path)

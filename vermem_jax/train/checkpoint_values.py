@@ -63,6 +63,10 @@ def rng_to_data(rng: Any) -> tuple[Any, str | None]:
 # Orbax's wording when a restore template's shapes / tree differ from the stored arrays.
 MISMATCH_MARKERS = ('is not compatible with the stored shape',
                      'tree structures do not match')
+# How PhaseCheckpointManager reports such a mismatch in the `train` item (optimizer state
+# and RNG) once the parameters restored: the optimizer differs, not the model.
+OPT_STATE_MISMATCH = ('the parameters fit this run but the stored optimizer state does '
+                      'not fit the optimizer it builds')
 
 
 def error_line(e: BaseException, limit: int = 300) -> str:
@@ -79,12 +83,24 @@ def no_restorable_error(directory: str, errors: Sequence[str]) -> CheckpointErro
 
   Every step failing on shapes or tree structure almost always means the run restores
   into a different model than the one that saved (another `model.preset` or
-  `model.hf_checkpoint`), not that every checkpoint is corrupt.
+  `model.hf_checkpoint`), not that every checkpoint is corrupt; when the parameters fit
+  and only the optimizer state does not (OPT_STATE_MISMATCH), the optimizer differs
+  (train/optim.py module docstring: the one known case).
   """
   msg = f'no restorable checkpoint in {directory}'
   if errors:
     msg += ':\n  ' + '\n  '.join(errors)
-  if errors and all(any(m in e for m in MISMATCH_MARKERS) for e in errors):
+  if errors and all(OPT_STATE_MISMATCH in e for e in errors):
+    msg += ('\nEvery step holds an optimizer state of another structure than the '
+            'optimizer this run builds (train/optim.py make_optimizer): the checkpoints '
+            'were written with other optimizer settings or by a version that built the '
+            'optimizer differently. Known case: SFT checkpoints written before SFT and RL '
+            "shared make_optimizer, with sft.lr_schedule='constant' and "
+            'sft.warmup_ratio=0, hold a learning-rate schedule counter that a constant '
+            'rate without warmup no longer keeps. Resume them with the version that wrote '
+            f'them, or move {directory} aside and run the phase again. Nothing was '
+            'deleted.')
+  elif errors and all(any(m in e for m in MISMATCH_MARKERS) for e in errors):
     msg += ('\nEvery step differs from the restore template in shapes or structure: '
             'the checkpoints were written for another model (compare model.preset / '
             'model.hf_checkpoint with the run that saved them). Nothing was deleted.')

@@ -291,11 +291,11 @@ class PhaseCheckpointManager:
   # ----------------------------------------------------------------- restore
   def _restore_step(self, step: int, template: TrainState | None) -> TrainState:
     meta = self.read_meta(step)  # waits for a background save
-    args = {'meta': ocp.args.JsonRestore(),
-            'params': ocp.args.StandardRestore(
-                None if template is None else _abstract(template.params))}
-    want_train = meta.get('has_opt_state') or meta.get('has_rng')
-    if want_train:
+    params_args = ocp.args.StandardRestore(
+        None if template is None else _abstract(template.params))
+    restored = self._manager.restore(step, args=ocp.args.Composite(params=params_args))
+    train = {}
+    if meta.get('has_opt_state') or meta.get('has_rng'):
       train_template = None
       if template is not None:
         train_template = {}
@@ -308,9 +308,17 @@ class PhaseCheckpointManager:
           if template.rng is None:
             raise CheckpointError(f'step {step} has an RNG key but the template has none')
           train_template['rng'] = checkpoint_values.rng_to_data(template.rng)[0]  # restored as NumPy
-      args['train'] = ocp.args.StandardRestore(train_template)
-    restored = self._manager.restore(step, args=ocp.args.Composite(**args))
-    train = restored['train'] if want_train else {}
+      # Restored after the parameters, so a mismatch here is the optimizer's, not the
+      # model's (checkpoint_values.no_restorable_error names it).
+      try:
+        train = self._manager.restore(step, args=ocp.args.Composite(
+            train=ocp.args.StandardRestore(train_template)))['train']
+      except ValueError as e:
+        if template is None or not any(m in str(e) for m in
+                                       checkpoint_values.MISMATCH_MARKERS):
+          raise
+        raise CheckpointError(f'{checkpoint_values.OPT_STATE_MISMATCH} '
+                              f'({checkpoint_values.error_line(e)})') from e
     rng = train.get('rng')
     if rng is not None:
       rng = jax.device_get(rng)

@@ -169,7 +169,7 @@ def learner_step_kwargs(s: PlanSettings) -> dict[str, Any]:
 def abstract_state(s: PlanSettings, mesh: Any) -> tuple[Any, Any]:
   """(params, AdamW state) as ShapeDtypeStructs with the trainer's shardings."""
   return setup_lib.abstract_train_state(
-      s.model_config, rl_optimizer.make_optimizer(s.opt).init, mesh)
+      s.model_config, optim.make_optimizer(s.opt).init, mesh)
 
 
 def kv_cache_bytes(s: PlanSettings, mesh: Any) -> int:

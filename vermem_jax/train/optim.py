@@ -16,13 +16,21 @@ and so is wasted, every step has a positive rate (issue 9):
               `get_cosine_schedule_with_warmup`);
   'constant'  warmup, then the peak rate.
 A constant rate without warmup is passed to optax as a number, not a schedule, so the
-optimizer state holds no schedule counter (checkpoints written before schedules were
-selectable restore unchanged).
+optimizer state holds no schedule counter (RL checkpoints written before schedules were
+selectable restore unchanged). `make_optimizer` is the one builder of SFT and the RL
+phases; `learning_rate_fn` is the same rate as a function of the step, for logging.
+
+Checkpoint compatibility: before `make_optimizer` was shared, SFT wrapped that constant
+rate in a schedule, so an SFT checkpoint written then with `sft.lr_schedule='constant'`
+and `sft.warmup_ratio=0` holds a schedule counter this optimizer does not keep; it is
+refused with a CheckpointError naming this (checkpoint_values.no_restorable_error). The
+default configs' optimizer states are unchanged (tests/test_optim.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Union
 
@@ -129,6 +137,36 @@ class OptimizerConfig:
                max_grad_norm=float(section.max_grad_norm), adam_b1=float(section.adam_b1),
                adam_b2=float(section.adam_b2), adam_eps=float(section.adam_eps),
                section=name)
+
+
+def make_optimizer(opt: OptimizerConfig) -> optax.GradientTransformation:
+  """clip_by_global_norm(max_grad_norm) -> AdamW under `opt`'s schedule: the optimizer
+  of SFT (SPEC §4) and of the RL phases (SPEC §6).
+
+  The rate is `lr_schedule` (module docstring): a plain number for 'constant' without
+  warmup, so that state holds no schedule counter. The state is
+  (EmptyState of the clip, (ScaleByAdamState(count, mu, nu), MaskedState of the weight
+  decay, ScaleByScheduleState(count) or EmptyState of the rate)).
+  """
+  return clipped_adamw(
+      lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps, opt.warmup_ratio),
+      b1=opt.adam_b1, b2=opt.adam_b2, eps=opt.adam_eps, weight_decay=opt.weight_decay,
+      max_grad_norm=opt.max_grad_norm)
+
+
+def learning_rate_fn(opt: OptimizerConfig) -> optax.Schedule:
+  """The rate `make_optimizer(opt)` applies at its k-th update (0-based) as a function
+  of k, also for a constant rate (for logging; not an optimizer)."""
+  rate = lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps,
+                     opt.warmup_ratio)
+  return rate if callable(rate) else optax.constant_schedule(rate)
+
+
+@functools.partial(jax.jit, static_argnames=('opt',))
+def init_optimizer(params: Any, *, opt: OptimizerConfig) -> Any:
+  """`make_optimizer(opt).init(params)` as one compiled program (eager init compiles
+  every small op separately); the state is placed like `params`."""
+  return make_optimizer(opt).init(params)
 
 
 def _decay_mask(params):

@@ -1,6 +1,6 @@
 """Optimizer of an RL phase (SPEC §6; module docstring of train/rl_learner.py): the
-AdamW settings, the PPO pass counts that size its schedule, and the guarded step that
-applies one mini-batch's gradient.
+PPO pass counts that size its schedule and the guarded step that applies one
+mini-batch's gradient with `optim.make_optimizer` (the optimizer SFT uses too).
 """
 
 from __future__ import annotations
@@ -13,15 +13,6 @@ import jax
 import optax
 
 from vermem_jax.train import optim
-
-
-def make_optimizer(opt: optim.OptimizerConfig) -> optax.GradientTransformation:
-  """clip_by_global_norm(max_grad_norm) -> AdamW under the schedule (SPEC §6)."""
-  return optim.clipped_adamw(
-      optim.lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps,
-                        opt.warmup_ratio),
-      b1=opt.adam_b1, b2=opt.adam_b2, eps=opt.adam_eps, weight_decay=opt.weight_decay,
-      max_grad_norm=opt.max_grad_norm)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +51,7 @@ def apply_update(params: Any, opt_state: Any, grad_sum: Any, num_decisions: jax.
   The caller skips it when the loss or gradient is not finite (nonfinite.is_finite).
 
   Args:
-    params, opt_state: θ and the `make_optimizer(opt)` state.
+    params, opt_state: θ and the `optim.make_optimizer(opt)` state.
     grad_sum: Σ over micro-batches of ∂(Σ_decisions per-command token-mean loss)/∂θ
       (float32 tree shaped like params).
     num_decisions: N_b, decisions in the mini-batch (float32 scalar, >= 1).
@@ -69,5 +60,5 @@ def apply_update(params: Any, opt_state: Any, grad_sum: Any, num_decisions: jax.
   """
   grads = jax.tree.map(lambda g, p: (g / num_decisions).astype(p.dtype), grad_sum,
                        params)
-  updates, new_opt_state = make_optimizer(opt).update(grads, opt_state, params)
+  updates, new_opt_state = optim.make_optimizer(opt).update(grads, opt_state, params)
   return optax.apply_updates(params, updates), new_opt_state, optax.global_norm(grads)

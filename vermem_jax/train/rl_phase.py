@@ -7,7 +7,8 @@ internal-dev evaluation and summaries; the loop (restore, schedule, metrics, pro
 bar, skips, saving) is train/phase_runner.py's. The config is read once, into
 `run_setup.RunSetup`; the parts live in train/rl_setup.py (episodes, solver, verifier,
 learner batching, phase-start running statistics), train/rl_learner.py and
-train/rl_optimizer.py (the jitted GRPO update and its optimizer), train/rl_resume.py
+train/rl_optimizer.py (the jitted GRPO update; its optimizer is
+train/optim.py), train/rl_resume.py
 (trajectory fingerprint, data position, π_ref record) and rl/rollout.py (K-group
 collection).
 
@@ -113,9 +114,9 @@ from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
+from vermem_jax.train import optim
 from vermem_jax.train import phase_runner
 from vermem_jax.train import rl_learner
-from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_resume
 from vermem_jax.train import rl_selection
 from vermem_jax.train import rl_setup
@@ -353,7 +354,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   prev_dir = checkpoints.phase_dir(workdir, prev)
   fingerprint = rl_resume.trajectory_fingerprint(run)
   mesh = setup_lib.make_mesh(run.model.mesh)
-  init_opt = rl_optimizer.make_optimizer(run.rl.opt).init
+  init_opt = optim.make_optimizer(run.rl.opt).init
   # Abstract arrays with the mesh shardings: restores land directly on the layout.
   param_shapes, opt_shapes = setup_lib.abstract_train_state(run.model.config, init_opt,
                                                             mesh)

@@ -64,6 +64,7 @@ from vermem_jax.rl import batching
 from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
+from vermem_jax.train import optim
 from vermem_jax.train import phase_runner
 from vermem_jax.train import run_setup
 from vermem_jax.train import setup as setup_lib
@@ -200,7 +201,7 @@ class _SFTPhase:
     self.batch_size = run.sft.batch_size
     self.groups = run.sft.length_group_batches
     self.reduction = run.sft.loss_reduction
-    self.schedule = sft_step.lr_schedule(opt)
+    self.schedule = optim.learning_rate_fn(opt)
     self.exec_cfg = run.executor
     self.sampling_cfg = run.sampling
     self.spe = sft_examples.steps_per_epoch(len(data.train), self.batch_size)
@@ -339,7 +340,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
       param_dtype=model.param_dtype)
   # Sharded like the params (AdamW moments mirror them); the template below carries
   # these shardings, so a restore lands on the same layout.
-  opt_state = setup_lib.init_opt_state(sft_step.make_optimizer(opt).init, params, mesh)
+  opt_state = setup_lib.init_opt_state(optim.make_optimizer(opt).init, params, mesh)
   runner_config = phase_runner.RunnerConfig(
       name=PHASE, total=total, eval_every=s.eval_every,
       max_consecutive_skips=s.max_consecutive_skips, loop=run.loop, unit='step',

@@ -1,4 +1,4 @@
-"""The SFT optimizer and jitted step: command-token negative log-likelihood with
+"""The jitted SFT step: command-token negative log-likelihood with
 gradient accumulation (SPEC §4; App. D.3, Eq. 7).
 
 Loss (`sft.loss_reduction`). Negative log-likelihood of the command tokens only
@@ -14,7 +14,7 @@ normalization, `apply_accumulated`), so any split of a step into micro-batches g
 the same update (gradient accumulation, `train_step`).
 `command_loss` is the same loss without a gradient (the dev loss).
 
-Optimizer (SPEC §4; `train/optim.py`): optax AdamW (`sft.adam_b1` / `adam_b2` /
+Optimizer (SPEC §4; `optim.make_optimizer`, shared with the RL phases): optax AdamW (`sft.adam_b1` / `adam_b2` /
 `adam_eps`, decision: 0.9 / 0.999 / 1e-8 as PyTorch and HF; weight decay
 `sft.weight_decay`, not applied to 1-D parameters — biases and norm scales — as HF
 does), global-norm clipping at `sft.max_grad_norm`, learning rate `sft.learning_rate`
@@ -56,30 +56,6 @@ from vermem_jax.train import setup as setup_lib
 # Keys of the micro-batch the jitted SFT step reads (a fixed key set: one trace per shape).
 STEP_KEYS = ('input_ids', 'attention_mask', 'positions', 'command_positions',
              'target_ids', 'command_ids')
-
-
-# ----------------------------------------------------------------------------- optimizer
-def lr_schedule(opt: optim.OptimizerConfig) -> optax.Schedule:
-  """Learning rate of the update after `count` completed steps: peak/w -> peak over
-  the w warmup steps, then `opt.lr_schedule` (optim.lr_schedule; 'linear': to 0 at
-  total_steps, the HF linear schedule with warmup)."""
-  rate = optim.lr_schedule(opt.lr_schedule, opt.learning_rate, opt.total_steps,
-                           opt.warmup_ratio)
-  return rate if callable(rate) else optax.constant_schedule(rate)
-
-
-@functools.partial(jax.jit, static_argnames=('opt',))
-def init_optimizer(params: Any, *, opt: optim.OptimizerConfig) -> Any:
-  """`make_optimizer(opt).init(params)` as one compiled program (eager init compiles
-  every small op separately)."""
-  return make_optimizer(opt).init(params)
-
-
-def make_optimizer(opt: optim.OptimizerConfig) -> optax.GradientTransformation:
-  """clip_by_global_norm(max_grad_norm) -> AdamW with `lr_schedule` (SPEC §4)."""
-  return optim.clipped_adamw(lr_schedule(opt), b1=opt.adam_b1, b2=opt.adam_b2,
-                             eps=opt.adam_eps, weight_decay=opt.weight_decay,
-                             max_grad_norm=opt.max_grad_norm)
 
 
 # ----------------------------------------------------------------------------- step
@@ -175,17 +151,17 @@ def apply_accumulated(params: Any, opt_state: Any, acc: Mapping[str, Any], *,
   """One optimizer update from an accumulated step (jitted; divides once).
 
   Args:
-    params, opt_state: current parameters and `make_optimizer(opt)` state.
+    params, opt_state: current parameters and `optim.make_optimizer(opt)` state.
     acc: the step's accumulator (all its micro-batches).
     opt: optim.OptimizerConfig (static).
   Returns:
     (params, opt_state, {'loss': the step's loss (sum / count of the reduction),
     'grad_norm': global norm of that loss's gradient before clipping, 'token_nll',
     'token_accuracy', 'num_commands', 'num_command_tokens'}). The update's learning
-    rate is `lr_schedule(opt)(k)` for the k-th applied update (0-based).
+    rate is `optim.learning_rate_fn(opt)(k)` for the k-th applied update (0-based).
   """
   grads = _mean_grads(acc, params)
-  tx = make_optimizer(opt)
+  tx = optim.make_optimizer(opt)
   updates, new_opt_state = tx.update(grads, opt_state, params)
   new_params = optax.apply_updates(params, updates)
   return new_params, new_opt_state, _summary(acc, grads)

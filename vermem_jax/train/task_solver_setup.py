@@ -58,7 +58,9 @@ class SolverSetup:
     checkpoint_field: the config field `hf_checkpoint` came from (errors name it).
     dtype, param_dtype: the policy's numerics (`model.dtype`, `model.param_dtype`),
       applied to an 'llm' checkpoint.
-    chat: the 'openai_compatible' endpoint (None for the other backends).
+    chat: the 'openai_compatible' endpoint, keys `solver.base_url`, `model`,
+      `api_key_env`, `timeout_s`, `max_retries`, `max_concurrency` (checked whatever
+      the backend).
   """
   backend: str
   config: task_solvers.SolverConfig
@@ -66,22 +68,19 @@ class SolverSetup:
   checkpoint_field: str = 'config.model.hf_checkpoint'
   dtype: str = 'float32'
   param_dtype: str = 'float32'
-  chat: http_chat.ChatBackendConfig | None = None
+  chat: http_chat.ChatBackendConfig = task_solvers.DEFAULT_CHAT
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> 'SolverSetup':
-    """From sections `solver` and `model`."""
+    """From sections `solver` and `model`.
+
+    Raises:
+      ValueError: an endpoint value out of range, naming `solver.<field>`.
+    """
     s = config.solver
-    chat = None
-    if s.backend == 'openai_compatible':
-      chat = http_chat.ChatBackendConfig(
-          base_url=s.get('base_url') or '', model=s.get('model') or '',
-          api_key_env=s.api_key_env, timeout_s=float(s.timeout_s),
-          max_concurrency=int(s.max_concurrency), max_retries=int(s.max_retries),
-          section='solver')
+    chat, rest = http_chat.ChatBackendConfig.split(s.to_dict(), defaults=task_solvers.DEFAULT_CHAT)
     return cls(backend=str(s.backend),
-               config=config_util.dataclass_from_mapping(task_solvers.SolverConfig,
-                                                         s.to_dict()),
+               config=config_util.dataclass_from_mapping(task_solvers.SolverConfig, rest),
                hf_checkpoint=str(s.hf_checkpoint or config.model.hf_checkpoint or ''),
                checkpoint_field=('config.solver.hf_checkpoint' if s.hf_checkpoint
                                  else 'config.model.hf_checkpoint'),
@@ -168,7 +167,7 @@ def _chat_client(solver: SolverSetup) -> http_chat.ChatClient:
   try:
     solver.chat.check_endpoint()
   except ValueError as e:
-    raise ValueError(f'config.solver.base_url: {e}') from e
+    raise ValueError(f'config.{e}') from e
   return solver.chat.client(require_api_key=True, retry_in_client=True)
 
 

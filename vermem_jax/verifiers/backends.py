@@ -12,7 +12,6 @@ A new backend is a `base.Verifier` subclass whose constructor takes
 
 from typing import Any, Mapping
 
-from vermem_jax import config_util
 from vermem_jax.verifiers import base
 from vermem_jax.verifiers import heuristic
 from vermem_jax.verifiers import local_model
@@ -40,6 +39,5 @@ def make_verifier(config: base.VerifierConfig | Mapping[str, Any],
       unknown keys in a mapping config.
   """
   if not isinstance(config, base.VerifierConfig):
-    config = config_util.dataclass_from_mapping(base.VerifierConfig, config, strict=True,
-                                                what="verifier")
+    config = base.VerifierConfig.from_config(config, strict=True)
   return BACKEND_CLASSES[config.backend](config, **backend_kwargs)

@@ -25,8 +25,9 @@ from __future__ import annotations
 import abc
 import dataclasses
 import threading
-from typing import ClassVar, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
+from vermem_jax import config_util
 from vermem_jax import http_chat
 
 # Operation names shared by records, advantages and metrics (team contract; mirrors
@@ -55,27 +56,30 @@ FALLBACKS = ("zero", "midpoint", "heuristic", "skip")
 _LOWER_BOUNDS = {"max_new_tokens": 1, "batch_size": 1, "temperature": 0,
                  "max_section_chars": 100, "global_history_tokens": 0}
 
+# The HTTP endpoint's defaults (keys `verifier.base_url`, ... of the config).
+DEFAULT_CHAT = http_chat.ChatBackendConfig(
+    api_key_env="VERMEM_VERIFIER_API_KEY", timeout_s=60.0, max_concurrency=8,
+    max_retries=2, backoff_s=1.0, section="verifier")
+
 
 @dataclasses.dataclass(frozen=True)
 class VerifierConfig:
-  """Verifier settings; field names are the keys of `config.verifier`.
+  """Verifier settings: the keys of `config.verifier` (`from_config`), the endpoint's
+  flat keys gathered in `chat`.
 
   Attributes:
     backend: 'heuristic' (CPU default, deterministic stand-in for the paper's frozen
       LLM verifiers), 'local_model' (Flax Qwen via our sampler) or 'openai_compatible'
       (HTTP chat completions).
-    base_url: HTTP backend: server root, e.g. 'http://127.0.0.1:8000/v1'; the request
-      goes to f'{base_url}/chat/completions'.
-    model: HTTP backend: model name sent in the request. local_model: a preset name
-      of `QwenConfig.preset` used with random weights when `checkpoint_path` is empty.
-    api_key_env: name of the environment variable holding the API key ('' = send no
-      Authorization header). The key itself is never stored, logged or put in errors.
-    timeout_s: HTTP request timeout in seconds.
-    max_concurrency: HTTP requests in flight at once (thread pool size).
-    max_retries: extra attempts per input after a malformed output or a retryable
-      transport failure (timeout, HTTP 429/5xx, connection error).
-    backoff_s: HTTP: sleep before retry round r (r = 0, 1, ...) is backoff_s * 2**r
-      seconds, applied only when that round retries a transport failure.
+    chat: keys `verifier.base_url`, `model`, `api_key_env`, `timeout_s`,
+      `max_concurrency`, `max_retries`, `backoff_s` (http_chat.ChatBackendConfig).
+      HTTP backend: the request goes to f'{base_url}/chat/completions'; the API key is
+      never stored, logged or put in errors; `max_retries` extra attempts per input
+      after a malformed output or a retryable transport failure (timeout, HTTP
+      429/5xx, connection error), sleeping backoff_s * 2**r seconds before retry round
+      r (r = 0, 1, ...) when that round retries a transport failure. local_model:
+      `chat.model` is a preset name of `QwenConfig.preset` used with random weights
+      when `checkpoint_path` is empty.
     fallback: result after the retries are spent: 'skip' (None, the default and SPEC
       §5's decision: an unscored decision gets A^local = 0 and is left out of the
       running statistics, an unscored trajectory's v^coh and v^state are left out of
@@ -100,13 +104,7 @@ class VerifierConfig:
       HotpotQA episode's history).
   """
   backend: str = "heuristic"
-  base_url: str = ""
-  model: str = ""
-  api_key_env: str = "VERMEM_VERIFIER_API_KEY"
-  timeout_s: float = 60.0
-  max_concurrency: int = 8
-  max_retries: int = 2
-  backoff_s: float = 1.0
+  chat: http_chat.ChatBackendConfig = DEFAULT_CHAT
   fallback: str = "skip"  # SPEC §5 decision (docstring).
   checkpoint_path: str = ""
   tokenizer_path: str = ""
@@ -123,17 +121,23 @@ class VerifierConfig:
     if self.fallback not in FALLBACKS:
       raise ValueError(
           f"verifier.fallback={self.fallback!r}; expected one of {FALLBACKS}")
-    chat = self.chat  # checks the endpoint's numbers
     for name, low in _LOWER_BOUNDS.items():
       if getattr(self, name) < low:
         raise ValueError(f"verifier.{name} must be >= {low}, got {getattr(self, name)}")
     if self.backend == "openai_compatible":
-      chat.check_endpoint()
+      self.chat.check_endpoint()
 
-  @property
-  def chat(self) -> http_chat.ChatBackendConfig:
-    """The HTTP backend's endpoint settings (section `verifier`)."""
-    return http_chat.ChatBackendConfig.of(self, "verifier")
+  @classmethod
+  def from_config(cls, section: Mapping[str, Any], *,
+                  strict: bool = False) -> "VerifierConfig":
+    """From config section `verifier` (dict or ConfigDict; flat keys).
+
+    Raises:
+      ValueError: a bad value, named; with `strict`, a key that is not a setting.
+    """
+    chat, rest = http_chat.ChatBackendConfig.split(section, defaults=DEFAULT_CHAT)
+    return config_util.dataclass_from_mapping(cls, rest, strict=strict, what="verifier",
+                                              overrides={"chat": chat})
 
 
 @dataclasses.dataclass(frozen=True)

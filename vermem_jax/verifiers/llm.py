@@ -60,13 +60,13 @@ class LLMVerifier(base.Verifier):
     pending = list(range(len(inputs)))
     failed: list[int] = []
     transport_failed_last_round = False
-    for attempt in range(self.config.max_retries + 1):
+    for attempt in range(self.config.chat.max_retries + 1):
       if not pending:
         break
       if attempt > 0:
         self.counters.add("retries", len(pending))
-        if transport_failed_last_round and self.config.backoff_s > 0:
-          self._sleep(self.config.backoff_s * 2 ** (attempt - 1))
+        if transport_failed_last_round and self.config.chat.backoff_s > 0:
+          self._sleep(self.config.chat.backoff_s * 2 ** (attempt - 1))
       replies = self._complete([current[i] for i in pending])
       if len(replies) != len(pending):
         raise RuntimeError(
@@ -96,7 +96,7 @@ class LLMVerifier(base.Verifier):
       failed.sort()
       _LOG.warning("verifier: %d of %d inputs unscored after %d attempts; "
                    "fallback=%s", len(failed), len(inputs),
-                   self.config.max_retries + 1, self.config.fallback)
+                   self.config.chat.max_retries + 1, self.config.fallback)
       self.counters.add(f"fallback_{self.config.fallback}", len(failed))
       for i, s in zip(failed, fallback([inputs[i] for i in failed])):
         results[i] = s

@@ -8,7 +8,7 @@ re-asked with the reason appended (which changes the prompt, so greedy decoding 
 answer differently), then the configured fallback applies (`llm.LLMVerifier`).
 
 Weights: `config.checkpoint_path` (an HF folder, `load_hf_checkpoint`) or, when empty,
-random weights of preset `config.model` (default 'tiny') — useful only for tests.
+random weights of preset `config.chat.model` (default 'tiny') — useful only for tests.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ class LocalModelVerifier(llm.LLMVerifier):
     if (model_config is None) != (params is None):
       raise ValueError("LocalModelVerifier: pass both model_config and params, or neither")
     if model_config is None:
-      model_config, params = load_model(config.checkpoint_path, config.model, config.seed)
+      model_config, params = load_model(config.checkpoint_path, config.chat.model, config.seed)
     self.model_config = model_config
     self.params = params
     self.tokenizer = tokenizer or tokenization.load_tokenizer(

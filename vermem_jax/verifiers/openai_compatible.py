@@ -5,7 +5,7 @@ at most `max_concurrency` in flight; its module docstring lists which failures a
 retryable). The client itself does not retry (`max_retries=0`): retries, backoff and
 fallback follow `llm.LLMVerifier`, which also re-asks on unparsable replies.
 
-The API key is read from the environment variable named by `config.api_key_env` when
+The API key is read from the environment variable named by `config.chat.api_key_env` when
 the verifier is built, kept only in the request header, and never logged, stored in
 the config or put into an error message.
 """
@@ -31,7 +31,7 @@ class OpenAICompatibleVerifier(llm.LLMVerifier):
 
   def __repr__(self):  # the default repr would not leak the key, but be explicit
     return (f"OpenAICompatibleVerifier(url={self._client.url!r}, "
-            f"model={self.config.model!r})")
+            f"model={self.config.chat.model!r})")
 
   def _complete(self, conversations):
     return self._client.complete_many(conversations,
@@ -56,7 +56,8 @@ class OpenAICompatibleVerifier(llm.LLMVerifier):
     if isinstance(reply, http_chat.ChatError):
       raise ValueError(
           f"verifier endpoint check failed: {reply} (verifier.base_url="
-          f"{self.config.base_url!r}, verifier.model={self.config.model!r}); start the "
+          f"{self.config.chat.base_url!r}, verifier.model={self.config.chat.model!r}); "
+          "start the "
           "server or fix the URL, or use --config.verifier.backend=heuristic")
 
   def close(self):

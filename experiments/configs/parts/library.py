@@ -18,14 +18,15 @@ import ml_collections
 
 from experiments.configs.parts import curriculum
 from vermem_jax import config_util
+from vermem_jax import http_chat
 from vermem_jax import paths
 
-# Config keys that only the config layer reads (not fields of the section's library
-# dataclass); `library_configs` drops them.
+# Config keys that only the config layer or the trainers read (not fields of the
+# section's library dataclass); `library_configs` drops them. The solver's endpoint keys
+# go to its own http_chat.ChatBackendConfig ('solver_chat').
 CONFIG_ONLY_KEYS = {
     'data': ('data_dir',),
-    'solver': ('backend', 'hf_checkpoint', 'base_url', 'model', 'api_key_env',
-               'timeout_s', 'max_retries', 'max_concurrency'),
+    'solver': ('backend', 'hf_checkpoint'),
 }
 
 
@@ -51,7 +52,9 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     rl.advantages.AdvantageConfig, 'reward': rl.rewards.RewardConfig, 'verifier': verifiers.base.VerifierConfig, 'solver':
     envs.task_solvers.SolverConfig, 'episodes': envs.scenarios.spec.ScenarioConfig,
     'env': envs.environment.EnvConfig, 'batching': rl.batching.BatchingConfig, 'judge':
-    eval.judges.JudgeConfig (section eval.judge)}.
+    eval.judges.JudgeConfig (section eval.judge), 'solver_chat': the solver's
+    http_chat.ChatBackendConfig, 'sft_data': envs.sft_data.config.SFTDataConfig (with
+    the teacher's endpoint)}.
   Raises:
     ValueError: `config.<section>: <problem>` for an unknown key or a value the
       dataclass rejects.
@@ -66,17 +69,28 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
   from vermem_jax.rl import batching  # pylint: disable=g-import-not-at-top
   from vermem_jax.rl import rewards  # pylint: disable=g-import-not-at-top
   from vermem_jax.verifiers import base as verifier_base  # pylint: disable=g-import-not-at-top
+  from vermem_jax.envs.sft_data import config as sft_data_config  # pylint: disable=g-import-not-at-top
 
-  def build(section: str, cls: type, **extra: Any) -> Any:
-    values = config[section].to_dict()
+  def build(section: str, cls: type, values: dict | None = None, **extra: Any) -> Any:
+    values = config[section].to_dict() if values is None else values
     for key in CONFIG_ONLY_KEYS.get(section, ()):
       values.pop(key, None)
     try:
+      if section == 'verifier':
+        return verifier_base.VerifierConfig.from_config(values, strict=True)
       return config_util.dataclass_from_mapping(cls, values, strict=True,
                                                 what=cls.__name__, overrides=extra)
     except (ValueError, TypeError) as e:
       raise ValueError(f'config.{section}: {e}') from e
 
+  # The endpoint's messages start with the field (`solver.timeout_s must be ...`).
+  try:
+    solver_chat, solver_values = http_chat.ChatBackendConfig.split(
+        config.solver, defaults=task_solvers.DEFAULT_CHAT)
+    if config.solver.backend == 'openai_compatible':
+      solver_chat.check_endpoint()
+  except ValueError as e:
+    raise ValueError(f'config.{e}') from e
   out = {
       'data': build('data', hotpotqa.DataConfig, hotpotqa_dir=hotpotqa_dir(config)),
       'memory': build('memory', memory_config.ExecutorConfig,
@@ -84,7 +98,8 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
       'advantage': build('advantage', advantages.AdvantageConfig),
       'reward': build('reward', rewards.RewardConfig),
       'verifier': build('verifier', verifier_base.VerifierConfig),
-      'solver': build('solver', task_solvers.SolverConfig),
+      'solver': build('solver', task_solvers.SolverConfig, solver_values),
+      'solver_chat': solver_chat,
       'episodes': build('episodes', scenario_spec.ScenarioConfig),
       'batching': build('batching', batching.BatchingConfig),
   }
@@ -94,10 +109,16 @@ def library_configs(config: ml_collections.ConfigDict) -> dict[str, Any]:
     raise ValueError(f'config.episodes: {e}') from e
   from vermem_jax.eval import judges  # pylint: disable=g-import-not-at-top
   try:
-    out['judge'] = config_util.dataclass_from_mapping(
-        judges.JudgeConfig, config.eval.judge.to_dict(), strict=True, what='JudgeConfig')
+    out['judge'] = judges.JudgeConfig.from_config(config.eval.judge.to_dict(), strict=True)
   except (ValueError, TypeError) as e:
     raise ValueError(f'config.eval.judge: {e}') from e
+  try:
+    out['sft_data'] = sft_data_config.SFTDataConfig.from_config(config.sft.to_dict())
+  except (ValueError, TypeError) as e:
+    # The teacher endpoint's messages start with the field (`sft.teacher_timeout_s ...`).
+    text = str(e)
+    raise ValueError(f'config.{text}' if text.startswith('sft.')
+                     else f'config.sft: {text}') from e
   return out
 
 

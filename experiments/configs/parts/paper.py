@@ -167,7 +167,8 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   c.sft.min_negative_fraction = 0.25   # SPEC §4: ≥25% boundary/negative per class
   c.sft.boundary_fraction = 0.5        # SPEC §4: half of each class from boundary templates
   # Optional teacher for the non-template half (paper App. D.2); keys =
-  # envs.sft_data.config.SFTDataConfig fields. None = templates fill every class.
+  # envs.sft_data.config.SFTDataConfig fields, teacher_base_url .. teacher_timeout_s its
+  # `teacher` endpoint (http_chat.ChatBackendConfig). None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
   c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
   c.sft.teacher_model = ''             # model name served there
@@ -291,7 +292,8 @@ def _reward(c: ml_collections.ConfigDict) -> None:
 
 def _verifier(c: ml_collections.ConfigDict) -> None:
   """Verifiers (SPEC §5; issue 5 backends)."""
-  # Keys = verifiers.base.VerifierConfig fields.
+  # Keys = verifiers.base.VerifierConfig fields; the endpoint keys (base_url ..
+  # backoff_s) are its `chat` (http_chat.ChatBackendConfig, VerifierConfig.from_config).
   c.verifier = ml_collections.ConfigDict()
   c.verifier.backend = 'openai_compatible'  # the paper uses frozen LLM verifiers
   c.verifier.base_url = 'http://localhost:8000/v1'  # OpenAI-compatible endpoint
@@ -319,7 +321,8 @@ def _verifier(c: ml_collections.ConfigDict) -> None:
 
 def _solver(c: ml_collections.ConfigDict) -> None:
   """Task solver π_task (SPEC §4)."""
-  # Keys = envs.task_solvers.SolverConfig fields + backend, hf_checkpoint.
+  # Keys = envs.task_solvers.SolverConfig fields + backend, hf_checkpoint, and the
+  # endpoint keys (base_url .. max_concurrency: http_chat.ChatBackendConfig).
   c.solver = ml_collections.ConfigDict()
   # 'llm' (in-process Qwen) | 'openai_compatible' (a served model) | 'oracle' (a
   # diagnostic stand-in that reads the labels; tables mark it so; HotpotQA only) |
@@ -390,7 +393,8 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   # table2: the frontier's macro SR is over these benchmarks when evaluated (paper
   # C.7: ALFWorld, SciWorld, BabyAI; PDDL reports progress, HotpotQA J_judge).
   c.eval.frontier_benchmarks = ('alfworld', 'scienceworld', 'babyai')
-  # Answer / memory-quality judge (paper C.6); keys = eval.judges.JudgeConfig fields.
+  # Answer / memory-quality judge (paper C.6); keys = eval.judges.JudgeConfig fields,
+  # the endpoint keys (base_url .. backoff_s) its `chat` (http_chat.ChatBackendConfig).
   # backend '' = none: J_judge and MQ are reported absent.
   c.eval.judge = ml_collections.ConfigDict()
   c.eval.judge.backend = ''            # '' | 'openai_compatible' | 'local_model'

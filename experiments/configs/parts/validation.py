@@ -158,10 +158,8 @@ def _check_sft(config: ml_collections.ConfigDict) -> None:
   _require(t.max_steps is None or t.max_steps >= 1, 'sft.max_steps', 'must be >= 1 or None')
   _require(t.teacher_backend in TEACHER_BACKENDS, 'sft.teacher_backend',
            f'{t.teacher_backend!r} not in {TEACHER_BACKENDS}')
-  if t.teacher_backend:
-    _require(bool(t.teacher_base_url) and bool(t.teacher_model), 'sft.teacher_base_url',
-             'the teacher needs sft.teacher_base_url and sft.teacher_model')
-  _require(t.teacher_timeout_s > 0, 'sft.teacher_timeout_s', 'must be > 0 seconds')
+  # The teacher's endpoint (sft.teacher_base_url, ...) is checked by its
+  # http_chat.ChatBackendConfig when library_configs builds SFTDataConfig.
   _require(t.teacher_max_tokens >= 1, 'sft.teacher_max_tokens', 'must be >= 1')
   _require(t.teacher_temperature >= 0, 'sft.teacher_temperature', 'must be >= 0')
 
@@ -230,12 +228,8 @@ def _check_solver(config: ml_collections.ConfigDict) -> None:
              f'{s.backend!r} not in {SOLVER_BACKENDS}'
              + (' (gold_plan acts in the interactive benchmarks only)'
                 if s.backend == 'gold_plan' else ''))
-  if s.backend == 'openai_compatible':
-    _require(bool(s.base_url) and bool(s.model), 'solver.base_url',
-             "solver.backend='openai_compatible' needs solver.base_url and solver.model")
-  _require(s.timeout_s > 0, 'solver.timeout_s', 'must be > 0 seconds')
-  _require(s.max_retries >= 0, 'solver.max_retries', 'must be >= 0')
-  _require(s.max_concurrency >= 1, 'solver.max_concurrency', 'must be >= 1')
+  # The endpoint (solver.base_url, timeout_s, ...) is checked by its
+  # http_chat.ChatBackendConfig when library_configs builds it.
 
 
 def _check_episodes(config: ml_collections.ConfigDict) -> None:

@@ -6,8 +6,16 @@ import dataclasses
 from typing import Optional
 
 from vermem_jax import config_util
+from vermem_jax import http_chat
 from vermem_jax.envs.scenarios.spec import ScenarioConfig
 from vermem_jax.memory.config import ExecutorConfig
+
+# The teacher endpoint's defaults (keys `sft.teacher_base_url`, ... of the config). The
+# teacher asks once per state, sequentially, and falls back to a template on failure:
+# no retries.
+DEFAULT_TEACHER = http_chat.ChatBackendConfig(
+    api_key_env='VERMEM_TEACHER_API_KEY', timeout_s=30.0, max_concurrency=1,
+    max_retries=0, backoff_s=1.0, section='sft', key_prefix='teacher_')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,9 +31,9 @@ class SFTDataConfig:
     boundary_fraction: share of each class built on boundary/negative states
       (decision 0.5, at least min_negative_fraction).
     teacher_backend: None (off) or 'openai_compatible'.
-    teacher_base_url, teacher_model: endpoint (…/v1) and model name.
-    teacher_api_key_env: name of the environment variable holding the API key.
-    teacher_timeout_s: HTTP timeout (seconds).
+    teacher: the endpoint, keys `sft.teacher_base_url` (…/v1), `teacher_model`,
+      `teacher_api_key_env` (the variable holding the API key), `teacher_timeout_s`
+      (HTTP timeout, seconds) (http_chat.ChatBackendConfig; `from_config`).
     teacher_max_tokens, teacher_temperature: decoding of the teacher reply.
     seed: RNG seed.
     context_budget: C_t budget (SPEC §1: 2,048 tokens; = memory.context_budget).
@@ -41,10 +49,7 @@ class SFTDataConfig:
   min_negative_fraction: float = 0.25
   boundary_fraction: float = 0.5
   teacher_backend: Optional[str] = None
-  teacher_base_url: str = ''
-  teacher_model: str = ''
-  teacher_api_key_env: str = 'VERMEM_TEACHER_API_KEY'
-  teacher_timeout_s: float = 30.0
+  teacher: http_chat.ChatBackendConfig = DEFAULT_TEACHER
   teacher_max_tokens: int = 256
   teacher_temperature: float = 0.7
   seed: int = 0
@@ -70,16 +75,22 @@ class SFTDataConfig:
     if self.teacher_backend not in (None, 'openai_compatible'):
       raise ValueError(f'SFTDataConfig.teacher_backend must be None or '
                        f"'openai_compatible', got {self.teacher_backend!r}")
-    if self.teacher_backend and not (self.teacher_base_url and self.teacher_model):
-      raise ValueError('SFTDataConfig: the teacher needs teacher_base_url and '
-                       'teacher_model')
+    if self.teacher_backend:
+      self.teacher.check_endpoint()
     if self.max_attempts_per_record <= 0:
       raise ValueError('SFTDataConfig.max_attempts_per_record must be positive')
 
   @classmethod
   def from_config(cls, section, **overrides):
-    """Builds from a config section (dict-like), ignoring keys this class lacks."""
-    return config_util.dataclass_from_mapping(cls, section, overrides=overrides)
+    """Builds from config section `sft` (dict-like; the teacher's flat `teacher_*`
+    keys become `teacher`), ignoring keys this class lacks.
+
+    Raises:
+      ValueError: a bad value, named.
+    """
+    teacher, rest = http_chat.ChatBackendConfig.split(section, defaults=DEFAULT_TEACHER)
+    return config_util.dataclass_from_mapping(cls, rest,
+                                              overrides={'teacher': teacher, **overrides})
 
   @property
   def teacher_fraction(self):

@@ -6,7 +6,7 @@ answer or future observations; its reply must pass the same seven filters
 (`filters.check_candidate`) and be of the class being filled, else it is discarded
 (not repaired) and that state's template target is used (`build`). Transport is
 `vermem_jax.http_chat`. The API key is read from the environment variable named by
-`teacher_api_key_env` and never logged.
+`sft.teacher_api_key_env` and never logged.
 """
 
 from __future__ import annotations
@@ -52,47 +52,32 @@ class TeacherError(RuntimeError):
 class OpenAICompatibleTeacher:
   """Teacher over an OpenAI-compatible chat-completions endpoint (`http_chat`).
 
-  The API key comes from the environment variable `api_key_env`, read when the
+  The API key comes from the environment variable `chat.api_key_env`, read when the
   teacher is built (optional for local endpoints), and is sent only in the
   Authorization header; it is never logged or put in an error message.
 
   Args:
-    base_url, model: endpoint root (…/v1) and model name.
-    api_key_env: name of the environment variable holding the key.
-    timeout_s: HTTP timeout (seconds).
+    chat: the endpoint (`SFTDataConfig.teacher`, keys `sft.teacher_*`); its
+      `max_retries` retryable transport failures are re-sent with exponential backoff
+      (default none: a failed state falls back to its template).
     max_tokens, temperature: decoding of the reply.
-    max_retries, backoff_s: retries of retryable transport failures with
-      exponential backoff (default none: a failed state falls back to its template).
 
   Raises:
-    ValueError: empty base_url or model.
+    ValueError: no base_url or model (naming `sft.teacher_base_url`).
   """
 
-  def __init__(self, base_url, model, *, api_key_env='VERMEM_TEACHER_API_KEY',
-               timeout_s=30.0, max_tokens=256, temperature=0.7, max_retries=0,
-               backoff_s=1.0):
-    if not base_url or not model:
-      raise ValueError('OpenAICompatibleTeacher needs base_url and model')
-    self.model = model
-    self.api_key_env = api_key_env
+  def __init__(self, chat: http_chat.ChatBackendConfig, *, max_tokens: int = 256,
+               temperature: float = 0.7):
+    self.chat = chat
     self.max_tokens = max_tokens
     self.temperature = temperature
-    self._client = http_chat.ChatBackendConfig(
-        base_url=base_url, model=model, api_key_env=api_key_env, timeout_s=timeout_s,
-        max_retries=max_retries, backoff_s=backoff_s, section='sft.teacher').client(
-            require_api_key=False, retry_in_client=True)
+    self._client = chat.client(require_api_key=False, retry_in_client=True)
     self.url = self._client.url
-
-  @property
-  def timeout_s(self):
-    return self._client.timeout_s
 
   @classmethod
   def from_config(cls, config):
-    return cls(config.teacher_base_url, config.teacher_model,
-               api_key_env=config.teacher_api_key_env,
-               timeout_s=config.teacher_timeout_s,
-               max_tokens=config.teacher_max_tokens,
+    """From an `SFTDataConfig`."""
+    return cls(config.teacher, max_tokens=config.teacher_max_tokens,
                temperature=config.teacher_temperature)
 
   def __call__(self, messages):
