@@ -70,7 +70,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
   # Decision from experiments/benchmarks/plan_memory.py (Qwen2.5-7B, 8 devices, per
   # device): pure data parallelism (8, 1, 1) holds the float32 θ, π_ref, both AdamW
   # moments and the gradient sum whole on every device, 142 GiB before any
-  # activation; FSDP over 8 devices (1, 8, 1) shards all of them 8 ways (17.7 GiB).
+  # activation; FSDP over 8 devices (1, 8, 1) shards all of them 8 ways (17.7 GiB;
+  # learner peak 37.4 GiB with the scanned layers, README "Hardware").
   # 16 devices run (2, 8, 1).
   c.model.mesh_data = -1
   c.model.mesh_fsdp = 8
