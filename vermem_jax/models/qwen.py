@@ -97,10 +97,11 @@ class DecoderLayer(nn.Module):
 def scan_layers(config: QwenConfig, params: Mapping[str, Any], x: Array,
                 positions: Array, attn_mask: AttentionMask) -> Array:
   """The decoder layers without a KV cache, as one `lax.scan` over their parameters
-  stacked at call time (the tree keeps its `layers_{i}` entries).
+  stacked at call time (the tree keeps its `layers_{i}` entries); `Qwen` runs it when
+  `config.scan_layers` (`QwenConfig`: on at paper scale, off in the tiny config).
 
-  Why a loop and not Python-unrolled layers (what training and the reference forward
-  run): in an unrolled program the compiler is free to (1) run the rematerialized
+  Why a loop and not Python-unrolled layers (for training and the reference forward):
+  in an unrolled program the compiler is free to (1) run the rematerialized
   forward of many layers early and keep their MLP activations alive, and (2) merge the
   weight-gradient all-reduces of every layer into one at the end of the backward, so
   each layer's full-size float32 partial gradient lives until then (XLA:CPU emits
@@ -185,7 +186,8 @@ class Qwen(nn.Module):
     layer_cls = nn.remat(DecoderLayer) if cfg.remat else DecoderLayer
     new_cache = None if cache is None else {
         'index': cache_index + t, 'valid': valid}
-    if cache is None and not self.is_initializing():
+    # Initialization goes through the unrolled loop: it creates the `layers_{i}` tree.
+    if cfg.scan_layers and cache is None and not self.is_initializing():
       x = scan_layers(cfg, self.variables['params'], x, positions, attn_mask)
     else:
       for i in range(cfg.num_hidden_layers):
