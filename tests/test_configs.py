@@ -352,15 +352,19 @@ def test_paper_config_is_eq5_exactly_and_skips_failed_verifier_calls(phase):
 def test_model_config_from_preset_or_hf_folder(tmp_path):
   tiny = library.model_config(common.get_config('sft'))
   assert tiny.vocab_size == 4096 and tiny.dtype == 'bfloat16'
-  assert tiny.param_dtype == 'float32'
+  assert tiny.param_dtype == 'float32' and not tiny.scan_layers
   paper = common.get_config('phase_a', 'scale=paper')
   cfg = library.model_config(paper)  # no checkpoint set: the named preset
-  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.dtype, cfg.remat) == (
-      3584, 28, 'bfloat16', True)
+  assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.dtype, cfg.remat,
+          cfg.scan_layers) == (3584, 28, 'bfloat16', True, True)
   (tmp_path / 'config.json').write_text(json.dumps(_HF_CONFIG))
   paper.model.hf_checkpoint = str(tmp_path)
   cfg = library.model_config(paper)
-  assert (cfg.vocab_size, cfg.hidden_size, cfg.dtype) == (1000, 64, 'bfloat16')
+  assert (cfg.vocab_size, cfg.hidden_size, cfg.dtype, cfg.scan_layers) == (
+      1000, 64, 'bfloat16', True)
+  # A config written before model.scan_layers existed keeps QwenConfig's default.
+  del paper.model['scan_layers']
+  assert not library.model_config(paper).scan_layers
   paper.model.hf_checkpoint = str(tmp_path / 'nope')
   with pytest.raises(ValueError, match='config.model.hf_checkpoint'):
     library.model_config(paper)

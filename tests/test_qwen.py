@@ -339,6 +339,55 @@ def test_remat_same_values_and_grads():
     np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+@pytest.mark.parametrize('remat', [False, True])
+def test_scan_layers_same_tree_logits_and_grads(remat):
+  # The tiny preset in float32 with 3 layers (so the scan runs more than the 2 layers
+  # an off-by-one could still match) and left padding (the mask enters every layer).
+  unrolled = QwenConfig.preset('tiny', num_hidden_layers=3, dtype='float32',
+                               param_dtype='float32', remat=remat)
+  scanned = unrolled.replace(scan_layers=True)
+  key = jax.random.PRNGKey(0)
+  tree_u = jax.eval_shape(functools.partial(qwen.init_params, unrolled), key)
+  tree_s = jax.eval_shape(functools.partial(qwen.init_params, scanned), key)
+  assert jax.tree.structure(tree_u) == jax.tree.structure(tree_s)
+  assert jax.tree.leaves(tree_u) == jax.tree.leaves(tree_s)  # shapes and dtypes
+  params = _params(unrolled)
+  ids = _ids((2, 7), unrolled.vocab_size)
+  mask = jnp.asarray([[1] * 7, [0, 0, 1, 1, 1, 1, 1]], jnp.int32)
+
+  def loss(p, cfg):
+    logits = qwen.Qwen(cfg).apply({'params': p}, ids, attention_mask=mask)
+    return jnp.sum(mask * jax.nn.logsumexp(logits, axis=-1)) / 100.0, logits
+
+  grad_fn = jax.jit(jax.value_and_grad(loss, has_aux=True), static_argnums=1)
+  (l_u, logits_u), g_u = grad_fn(params, unrolled)
+  (l_s, logits_s), g_s = grad_fn(params, scanned)
+  np.testing.assert_allclose(logits_s, logits_u, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(l_s, l_u, rtol=1e-6)
+  assert jax.tree.structure(g_s) == jax.tree.structure(g_u)
+  for path, a, b in zip(jax.tree_util.tree_leaves_with_path(g_s), jax.tree.leaves(g_s),
+                        jax.tree.leaves(g_u)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=str(path[0]))
+  # The setting picks the program: a scan only when asked (the values above would
+  # also agree if both configs ran the same path).
+  def primitives(cfg):
+    jaxpr = jax.make_jaxpr(lambda p: loss(p, cfg)[0])(params)
+    return {e.primitive.name for e in jaxpr.jaxpr.eqns}
+  assert 'scan' in primitives(scanned) and 'scan' not in primitives(unrolled)
+
+
+def test_scan_layers_not_used_with_a_kv_cache():
+  cfg = SMALL.replace(scan_layers=True)
+  params = _params(cfg)
+  ids = _ids((1, 5), cfg.vocab_size)
+  cache = kv_cache.init_cache(cfg, 1, 8)
+  jaxpr = jax.make_jaxpr(lambda p, c: qwen.Qwen(cfg).apply({'params': p}, ids, cache=c))(
+      params, cache)
+  assert 'scan' not in {e.primitive.name for e in jaxpr.jaxpr.eqns}
+  out, _ = qwen.Qwen(cfg).apply({'params': params}, ids, cache=cache)
+  np.testing.assert_allclose(out, _forward(SMALL, params, ids), atol=1e-5)
+
+
 # ----------------------------------------------------------------- torch parity
 
 

@@ -4,6 +4,7 @@ subprocess because the device count is fixed before jax is imported."""
 import os
 import textwrap
 
+import jax
 import ml_collections
 import numpy as np
 import pytest
@@ -254,6 +255,19 @@ def test_model_dimensions_from_the_command_line(tmp_path):
   res = cli('--config.model.hf_checkpoint=', '--config.model.num_attention_heads=3')
   assert res.returncode == 2
   assert 'error: config.model.num_attention_heads: ' in res.stderr
+
+
+@pytest.mark.parametrize('on', [False, True])
+def test_loaded_checkpoint_takes_remat_and_scan_layers_from_the_config(on):
+  c = common.get_config('sft')  # tiny: model.hf_checkpoint = the packaged base
+  c.model.remat = c.model.scan_layers = on
+  mc = setup.model_config_from(c)
+  assert (mc.remat, mc.scan_layers) == (on, on)
+  mesh = setup.make_mesh(setup.MeshConfig.from_section(c.model))
+  cfg, _ = setup.init_or_load_params(mc, jax.random.PRNGKey(0), mesh,
+                                     hf_checkpoint=c.model.hf_checkpoint,
+                                     param_dtype=mc.param_dtype)
+  assert (cfg.remat, cfg.scan_layers) == (on, on)
 
 
 def test_opt_state_shardings_follow_param_paths():

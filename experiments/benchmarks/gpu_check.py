@@ -1,7 +1,8 @@
 r"""Paper-scale check on one accelerator: learner step and decode at 8,192-token inputs.
 
 Runs, for a Qwen2.5-0.5B-sized model with random weights (bfloat16 compute, float32
-parameters, decoder-layer rematerialization, attention `--attn_implementation`, auto =
+parameters, decoder-layer rematerialization, the layers scanned as the paper config
+runs them (`model.scan_layers`), attention `--attn_implementation`, auto =
 cuDNN flash attention on GPU), in one process that should finish in well under ten
 minutes on one modern GPU:
   learner  `train.loss_step.grpo_loss_and_grads` (reference forward, policy forward + backward,
@@ -223,7 +224,7 @@ def decode_check(cfg, params, args, peak) -> dict:
 
 def main(argv=None):
   args = _parser().parse_args(argv)
-  overrides = dict(dtype='bfloat16', param_dtype='float32', remat=True,
+  overrides = dict(dtype='bfloat16', param_dtype='float32', remat=True, scan_layers=True,
                    attn_implementation=args.attn_implementation)
   if args.vocab_size:
     overrides['vocab_size'] = args.vocab_size
@@ -235,7 +236,7 @@ def main(argv=None):
   print(f'device: {dev.device_kind} ({jax.default_backend()}), {len(jax.devices())} '
         f'device(s); peak {"unknown (no MFU)" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"}; '
         f'model {args.preset} ({non_embedding_params(cfg) / 1e6:.0f}M non-embedding '
-        f'parameters, V={cfg.vocab_size}), bf16 compute, remat, attention '
+        f'parameters, V={cfg.vocab_size}), bf16 compute, remat, scanned layers, attention '
         f'{args.attn_implementation}; load average {os.getloadavg()[0]:.1f}', flush=True)
   t0 = time.perf_counter()
   params = qwen.init_params(cfg, jax.random.PRNGKey(0))

@@ -46,6 +46,17 @@ class QwenConfig:
     dtype: compute dtype name, 'bfloat16' | 'float32' | 'float16'.
     param_dtype: parameter storage dtype name.
     remat: rematerialize each decoder layer in the backward pass (saves activations).
+    scan_layers: without a KV cache (training, the reference forward), run the decoder
+      layers as one `lax.scan` over their parameters stacked at call time
+      (`qwen.scan_layers`; the parameter tree is unchanged). Why: in the unrolled
+      program XLA keeps every layer's full-size float32 weight gradient and many
+      layers' activations alive at once; planned Qwen2.5-7B learner peak per device on
+      mesh (1, 8, 1) 91.7 GiB unrolled, 37.4 GiB scanned (Qwen3-4B 72.2 -> 27.0;
+      `plan_memory.py --stages=learner`, README "Hardware"). Cost: one stacked copy of
+      the layer parameters per call, and on the 2-layer CPU model a forward + backward
+      8-15 % slower with different bfloat16 rounding. Off by default like `remat`; the
+      experiment config sets it (`model.scan_layers`: on at paper scale, off in tiny).
+      The cached (sampling) path always runs the layers unrolled.
     attn_implementation: attention kernel (Hugging Face's field name; attention.py):
       'eager' materializes every [T, S] score matrix; 'sdpa' is
       `jax.nn.dot_product_attention` (cuDNN flash attention on GPU in bf16/f16, XLA
@@ -72,6 +83,7 @@ class QwenConfig:
   dtype: str = 'float32'
   param_dtype: str = 'float32'
   remat: bool = False
+  scan_layers: bool = False
   attn_implementation: str = 'auto'
   attn_block_q: int = 512
   attn_block_kv: int = 512
@@ -140,8 +152,8 @@ class QwenConfig:
     (`rope_parameters: {rope_theta, rope_type}`); an explicit `head_dim` wins over
     hidden_size // num_attention_heads. model_type 'qwen2' has q/k/v bias and no q/k
     norm (HF hard-codes them); 'qwen3' has q/k norm and takes `attention_bias` from the
-    file (default False). `overrides` set numerics fields (dtype, param_dtype, remat)
-    or anything else.
+    file (default False). `overrides` set numerics fields (dtype, param_dtype, remat,
+    scan_layers) or anything else.
 
     Raises:
       FileNotFoundError: no config.json at the path.

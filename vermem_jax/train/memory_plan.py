@@ -294,7 +294,8 @@ def format_plan(plan: Plan, device_gib: float, headroom: float = DEFAULT_HEADROO
   lines = [
       f'mesh (data, fsdp, tensor) = {s.mesh_shape}; {mc.num_hidden_layers} layers, '
       f'hidden {mc.hidden_size}, V {mc.vocab_size}; params {mc.param_dtype}, compute '
-      f'{mc.dtype}, remat {mc.remat}, attention {mc.attn_implementation}',
+      f'{mc.dtype}, remat {mc.remat}, scan_layers {mc.scan_layers}, attention '
+      f'{mc.attn_implementation}',
       f'learner micro-batch {s.micro_batch} x {s.length} tokens ({s.command_tokens} '
       f'command, loss chunk {s.loss_chunk_size}, KL {s.loss.kl_estimator}); sampler '
       f'{s.rollout_rows} rows x ({s.prompt_len} + {s.max_new_tokens}) slots',

@@ -89,7 +89,7 @@ def model_identity(config: ml_collections.ConfigDict) -> str:
 def model_config_from(config: ml_collections.ConfigDict) -> qwen_config.QwenConfig:
   """The policy's QwenConfig: `model.hf_checkpoint`'s config.json, else `model.preset`
   with the dimensions the config sets (`model.hidden_size=...`, `MODEL_DIM_FIELDS`),
-  with `model.dtype` / `param_dtype` / `remat` and the attention kernel
+  with `model.dtype` / `param_dtype` / `remat` / `scan_layers` and the attention kernel
   (`model.attn_implementation`, `attn_block_q`, `attn_block_kv`) applied.
 
   With `head_dim` unset and `hidden_size` or `num_attention_heads` set, head_dim is
@@ -103,7 +103,7 @@ def model_config_from(config: ml_collections.ConfigDict) -> qwen_config.QwenConf
   numerics = dict(dtype=config.model.dtype, param_dtype=config.model.param_dtype,
                   remat=config.model.remat)
   # Configs written before these keys existed keep QwenConfig's defaults.
-  for key in ('attn_implementation', 'attn_block_q', 'attn_block_kv'):
+  for key in ('attn_implementation', 'attn_block_q', 'attn_block_kv', 'scan_layers'):
     if key in config.model:
       numerics[key] = config.model[key]
   dims = model_dims_from(config)
@@ -280,7 +280,8 @@ def init_or_load_params(model_config: qwen_config.QwenConfig, rng: jax.Array, me
     loaded_cfg, params = hf_io.load_hf_checkpoint(hf_checkpoint, dtype=param_dtype,
                                                   mesh=mesh)
     return loaded_cfg.replace(dtype=model_config.dtype, param_dtype=model_config.param_dtype,
-                              remat=model_config.remat), params
+                              remat=model_config.remat,
+                              scan_layers=model_config.scan_layers), params
   shardings = sharding_lib.param_shardings(model_config, mesh)
   init = jax.jit(functools.partial(qwen.init_params, model_config),
                  out_shardings=shardings)

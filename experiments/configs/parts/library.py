@@ -32,7 +32,7 @@ CONFIG_ONLY_KEYS = {
 
 def model_config(config: ml_collections.ConfigDict) -> Any:
   """The policy's `models.QwenConfig`: from `model.hf_checkpoint`'s config.json when
-  set, else the `model.preset`; `model.dtype`, `param_dtype`, `remat` applied.
+  set, else the `model.preset`; `model.dtype`, `param_dtype`, `remat`, `scan_layers` applied.
 
   Raises:
     ValueError: an unknown preset or an unreadable checkpoint config (names the field).

@@ -61,6 +61,10 @@ def _model(c: ml_collections.ConfigDict) -> None:
   c.model.dtype = 'bfloat16'           # compute dtype on accelerators
   c.model.param_dtype = 'float32'
   c.model.remat = True                 # 8,192-token inputs need rematerialization
+  # Decoder layers as one lax.scan in training (QwenConfig.scan_layers): the planned
+  # Qwen2.5-7B learner peak per device is 37.4 GiB with it, 91.7 GiB without (mesh
+  # (1, 8, 1), plan_memory.py --stages=learner, README "Hardware").
+  c.model.scan_layers = True
   # Attention kernel (models/attention.py): 'auto' = Pallas flash on TPU, cuDNN on GPU
   # (bf16), blockwise online softmax elsewhere; memory linear in the input length.
   c.model.attn_implementation = 'auto'
@@ -70,7 +74,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
   # Decision from experiments/benchmarks/plan_memory.py (Qwen2.5-7B, 8 devices, per
   # device): pure data parallelism (8, 1, 1) holds the float32 θ, π_ref, both AdamW
   # moments and the gradient sum whole on every device, 142 GiB before any
-  # activation; FSDP over 8 devices (1, 8, 1) shards all of them 8 ways (17.7 GiB).
+  # activation; FSDP over 8 devices (1, 8, 1) shards all of them 8 ways (17.7 GiB;
+  # learner peak 37.4 GiB with the scanned layers, README "Hardware").
   # 16 devices run (2, 8, 1).
   c.model.mesh_data = -1
   c.model.mesh_fsdp = 8
