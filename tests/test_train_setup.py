@@ -258,9 +258,11 @@ def test_model_dimensions_from_the_command_line(tmp_path):
 
 
 @pytest.mark.parametrize('on', [False, True])
-def test_loaded_checkpoint_takes_remat_and_scan_layers_from_the_config(on):
+def test_loaded_checkpoint_takes_execution_settings_from_the_config(on):
   c = common.get_config('sft')  # tiny: model.hf_checkpoint = the packaged base
   c.model.remat = c.model.scan_layers = on
+  c.model.attn_implementation = 'eager' if on else 'blockwise'
+  c.model.attn_block_q = c.model.attn_block_kv = 128 if on else 256
   mc = setup.model_config_from(c)
   assert (mc.remat, mc.scan_layers) == (on, on)
   mesh = setup.make_mesh(setup.MeshConfig.from_section(c.model))
@@ -268,6 +270,11 @@ def test_loaded_checkpoint_takes_remat_and_scan_layers_from_the_config(on):
                                      hf_checkpoint=c.model.hf_checkpoint,
                                      param_dtype=mc.param_dtype)
   assert (cfg.remat, cfg.scan_layers) == (on, on)
+  assert (cfg.attn_implementation, cfg.attn_block_q, cfg.attn_block_kv) == (
+      ('eager', 128, 128) if on else ('blockwise', 256, 256))
+  assert cfg == mc  # the checkpoint's architecture is the config's
+  # The tiny default's own kernel reaches SFT (it was dropped here once).
+  assert common.get_config('sft').model.attn_implementation == 'sdpa'
 
 
 def test_opt_state_shardings_follow_param_paths():

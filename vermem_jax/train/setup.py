@@ -266,6 +266,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 
 # ----------------------------------------------------------------------------- params
+# QwenConfig fields that say how the model runs, not what it is: a run's config sets
+# them, a checkpoint's config.json does not. (The attention kernel was once left out,
+# so the tiny SFT ran the blockwise kernel while its config and the RL phases asked
+# for 'sdpa'.)
+EXECUTION_FIELDS = ('dtype', 'param_dtype', 'remat', 'scan_layers', 'attn_implementation',
+                    'attn_block_q', 'attn_block_kv')
+
+
 def init_or_load_params(model_config: qwen_config.QwenConfig, rng: jax.Array, mesh: Mesh, *,
                         hf_checkpoint: str | None,
                         param_dtype: Any) -> tuple[qwen_config.QwenConfig, Any]:
@@ -273,15 +281,15 @@ def init_or_load_params(model_config: qwen_config.QwenConfig, rng: jax.Array, me
   reads only its slice, stored as `param_dtype`), else a random init of `model_config`
   created directly sharded.
 
-  Returns the checkpoint's own config (numerics of `model_config` applied) when loading,
-  so it equals `model_config_from(config)`.
+  Returns the checkpoint's own config with every execution setting of `model_config`
+  (`EXECUTION_FIELDS`: numerics, remat, the layer scan and the attention kernel) applied
+  when loading, so it equals `model_config_from(config)`.
   """
   if hf_checkpoint:
     loaded_cfg, params = hf_io.load_hf_checkpoint(hf_checkpoint, dtype=param_dtype,
                                                   mesh=mesh)
-    return loaded_cfg.replace(dtype=model_config.dtype, param_dtype=model_config.param_dtype,
-                              remat=model_config.remat,
-                              scan_layers=model_config.scan_layers), params
+    return loaded_cfg.replace(**{f: getattr(model_config, f)
+                                 for f in EXECUTION_FIELDS}), params
   shardings = sharding_lib.param_shardings(model_config, mesh)
   init = jax.jit(functools.partial(qwen.init_params, model_config),
                  out_shardings=shardings)
