@@ -131,12 +131,17 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # Greedy decoding of the dev set is the costly part of an evaluation: once, at the end.
   c.sft.eval_every = 1000
   c.sft.eval_each_epoch = False
-  # Four updates of 2 tasks x K = 8 rollouts (SPEC's K; 16 decisions' groups instead of
-  # 8 tasks' 64) a phase, instead of two of 2 x 4: issue 22 asks RL for a real share of
-  # make run's training time. From the same SFT checkpoint (make run at c3938b7, one
-  # seed, 42) with 8 dev episodes, Phase B's selected update raised internal-dev r^task
-  # 0.375 -> 0.500 (two updates of 2 x 4 had left it unmoved at 0.500 on 4 episodes)
-  # and Phase A's rejected rate went 0.500 -> 0.375.
+  # Four updates of 2 tasks x K = 8 rollouts (SPEC's K; 16 trajectories instead of 8
+  # tasks' 64) a phase, instead of two of 2 x 4: issue 22 asks RL for a real share of
+  # make run's training time, and two updates of 8 rollouts moved nothing. learning_curve.py
+  # from the same SFT checkpoints (seeds 42-44, 16 dev episodes; the second run also
+  # has the selection tie-break on the rejected share and the fused decode head's
+  # sampler stream), each phase's θ minus its start on its own dev episodes, r^task:
+  #   2 x (2 x 4): A +0.021 ± 0.029, B +0.021 ± 0.029, C -0.021 ± 0.029;
+  #                θ_C - θ_SFT m^ans -0.068 ± 0.029; Table 4 full 0.375, no_verify 0.396
+  #   4 x (2 x 8): A +0.021 ± 0.029, B +0.083 ± 0.078, C +0.042 ± 0.029;
+  #                θ_C - θ_SFT m^ans +0.057 ± 0.128; Table 4 full 0.438, no_verify 0.417
+  # and the dev rejected rate fell in A (-0.28 ± 0.14) and B (-0.13 ± 0.14).
   c.rl.num_updates = 4 if phase != 'sft' else 0
   c.rl.tasks_per_update = 2
   c.rl.rollouts_per_task = 8
