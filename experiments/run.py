@@ -91,9 +91,10 @@ def _run_pretrain(config: ml_collections.ConfigDict, workdir: str, *,
   """The tiny base's pretraining (outside the curriculum: no plan, no markers)."""
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import pretrain  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   if distributed.process_count() > 1:
     raise ValueError('--config=pretrain runs in one process (a CPU stand-in)')
-  pretrain.pretrain_config_from(config)  # a bad section stops a dry run too
+  run_setup.RunSetup.from_config(config)  # a bad section stops a dry run too
   if dry_run:
     _print_config(config, workdir, {})
     print('plan: pretrain')

@@ -35,6 +35,7 @@ from vermem_jax.envs import hotpotqa  # noqa: E402
 from vermem_jax.models import hf_io  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.train import pretrain  # noqa: E402
+from vermem_jax.train import pretrain_data  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -59,12 +60,11 @@ def main(argv=None) -> int:
   model_config = model_config.replace(dtype='bfloat16', attn_implementation='sdpa')
   section = common.get_config('pretrain').pretrain.to_dict()
   section.update(made)  # the split and lengths the base was made with
-  section['task_weights'] = tuple(section['task_weights'])
-  config = pretrain.PretrainConfig(**section)
+  config = pretrain_data.PretrainConfig.from_section(section)
   construction, _ = episodes.load_pools(
       hotpotqa.DataConfig(hotpotqa_dir=paths.hotpotqa_dir()))
-  rows = pretrain.RowMaker(
-      pretrain.build_corpus(construction, tok, config.probe_fraction, config.seed), config)
+  rows = pretrain_data.RowMaker(pretrain_data.build_corpus(
+      construction, tok, config.probe_fraction, config.seed), config)
   random_params = qwen.init_params(model_config, jax.random.PRNGKey(0))
   figures = {}
   print(f'copy probe, {args.rows} rows each, on held-out construction-pool paragraphs '

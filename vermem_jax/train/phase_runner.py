@@ -1,6 +1,7 @@
 """The loop every training phase shares: restore, schedule, logging, saving, summary.
 
-A phase (SFT `train/sft.py`, the GRPO phases `train/rl_phase.py`) supplies what is its
+A phase (SFT `train/sft.py`, the GRPO phases `train/rl_phase.py`, the tiny base's
+pretraining `train/pretrain.py`) supplies what is its
 own through the `Phase` protocol: one optimizer step or update (`step`), an evaluation
 (`evaluate`), the rows it logs, the checkpoint it saves and its final metrics. The
 runner owns the rest, once for all phases:

@@ -9,34 +9,37 @@ used; its output is an ordinary Hugging Face folder (`config.json`,
 `model.safetensors`, the tokenizer), loaded through `model.hf_checkpoint` like a real
 Qwen checkpoint.
 
-Data (construction pool only, SPEC §4: never internal dev, never validation). The
-construction pool's paragraphs are split by question: `probe_fraction` of the questions
-are held out and serve only the copy probe. The first `copy_only_steps` steps train
-'copy' alone; then each batch is one of these tasks (`TASKS`), drawn with the weights
-`task_weights`; the loss is the next-token loss on the row's target tokens:
+The tasks, the corpus, the rows and the section's typed config (`PretrainConfig`) are
+train/pretrain_data.py's. The loop (restore, schedule, metrics, progress bar, skips,
+saving) is train/phase_runner.py's; this module supplies the phase:
 
-  'text'    a paragraph `title: sentences`; target: every token (language modelling).
-  'copy'    `<|endoftext|> noise x \n " x`, x of `copy_min_len..copy_max_len` random
-            pieces from the first `alphabet` ids of the vocabulary, the noise prefix of
-            0..`copy_max_noise` pieces so the copy's offset varies (no positional
-            shortcut); target: the copy's tokens 2..n (its first token can't be known).
-            `alphabet` and `copy_max_len` grow linearly from `curriculum_start` of their
-            final values to the full values over the first `curriculum_steps` steps.
-  'span'    a paragraph, then `\n"` and a span of `span_min..span_max` of its tokens
-            from a random offset; target: the span's tokens 2..n.
-  'quote'   2..4 records `["<id>" observation] "<sentence>"` as g(s) shows C or H,
-            then `quote "<id>": "` and that record's sentence; target: the sentence
-            and its closing quote (copy the text cited by an id).
-  'cite'    the same records, then `cite "<first words of one sentence>": "` and the
-            record's id; target: the id and its closing quote (copy the id of a text).
-A row longer than its length is cut at the end (a long 'quote' row loses the end of
-its target). Rows of one batch are one task group: 'copy' rows are short (`copy_seq_len`), the other
-tasks share `seq_len`, so the jitted step sees two shapes.
+  step      step n's task ('copy' while n <= `copy_only_steps`, then drawn with
+            `task_weights`) and batch come from one NumPy generator seeded with
+            seed + 1 and advanced step after step; one clipped-AdamW step (constant
+            rate after a linear warmup) of the next-token loss on the batch's targets.
+            A step with a non-finite loss or gradient is skipped (parameters and
+            optimizer state unchanged; the progress line's `skipped`), and
+            `max_consecutive_skips` in a row stop the run (NonFiniteError).
+  evaluate  the copy probe every `probe_every` steps and at the last: on the held-out
+            paragraphs, teacher-forced greedy accuracy of the span tokens 2..32 of a
+            32-token 'span' row (per token), the share of 'cite' rows whose id is
+            predicted whole (id-copy accuracy), and the next-token loss of held-out
+            paragraphs. Also printed at the end, and by
+            experiments/benchmarks/copy_probe.py for any base.
+  rows      every `log_every` steps and at the last, `metrics.jsonl` + TensorBoard:
+            `seconds` (wall time of the run), `<task>/loss` and `<task>/accuracy`
+            averaged over the applied steps of each task since the previous row, and
+            `probe/*` at probed steps (values rounded to 4 decimals).
+  checkpoint  `<workdir>/pretrain/` every `checkpoint.save_every` steps, at every
+            probe and at the last step: parameters, AdamW state, the data position
+            (the batch generator's state and the corpus sizes, `data_position`), and
+            the trajectory fingerprint (`trajectory_fingerprint`). A killed run resumes
+            from its newest restorable checkpoint and ends with the parameters of an
+            uninterrupted run; a checkpoint of other settings is refused with an error
+            naming each differing field.
 
-Copy probe (printed at the end and by experiments/benchmarks/copy_probe.py): on the
-held-out paragraphs, teacher-forced greedy accuracy of the span tokens 2..32 of a
-32-token 'span' row (per token), and the share of 'cite' rows whose id is predicted
-whole (id-copy accuracy).
+`run_pretrain(config, workdir)` ends by writing the Hugging Face folder
+`<workdir>/pretrain/base/` (`write_base`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ import json
 import os
 import shutil
 import time
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -57,287 +60,23 @@ import optax
 from vermem_jax import tokenization
 from vermem_jax.envs import episodes
 from vermem_jax.envs import hotpotqa
-from vermem_jax.memory import serialization
 from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
 from vermem_jax.models.qwen_config import QwenConfig
+from vermem_jax.train import checkpoints
+from vermem_jax.train import nonfinite
 from vermem_jax.train import optim
+from vermem_jax.train import phase_runner
+from vermem_jax.train import pretrain_data
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup
 
-TASKS = ('text', 'copy', 'span', 'quote', 'cite')
-# Under <workdir>/pretrain/: the Hugging Face folder of the base, and per-step metrics.
+PHASE = 'pretrain'
+# Under <workdir>/pretrain/: the Hugging Face folder of the base.
 BASE_DIR = 'base'
-METRICS_FILE = 'metrics.jsonl'
-PROBE_SPAN = 32
-# The id kinds and numbers of g(s) records (`c2`, `h11`, `m3`).
-_ID_KINDS = ('c', 'h', 'm')
-_ID_MAX = 24
-_KIND_WORD = {'c': 'observation', 'h': 'observation', 'm': 'v0'}
-# Records per 'quote' / 'cite' row and the tokens of each record's text: four records
-# of 20 tokens fit a 160-token row with the question.
-_RECORDS = (2, 4)
-_RECORD_TOKENS = 20
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PretrainConfig:
-  """Pretraining settings (the `pretrain` config section; module docstring).
-
-  Attributes:
-    steps: optimizer steps.
-    batch_size: rows per step.
-    seq_len: tokens per row of the text tasks ('text', 'span', 'quote', 'cite').
-    copy_seq_len: tokens per row of 'copy'.
-    copy_only_steps: the first steps draw only 'copy' (a curriculum: the copy
-      mechanism forms there, in a phase change after ~1,000 steps at batch 32).
-    task_weights: probability of each task in `TASKS` order (summing to 1) after
-      `copy_only_steps`; a step draws one task for its whole batch.
-    learning_rate, warmup_steps, weight_decay, adam_b1, adam_b2, adam_eps,
-    max_grad_norm: the clipped AdamW (`optim.clipped_adamw`), constant after a linear
-      warmup.
-    alphabet, copy_min_len, copy_max_len, copy_max_noise: the 'copy' task.
-    curriculum_start, curriculum_steps: 'copy' starts at this share of `alphabet` and
-      `copy_max_len` and reaches them after `curriculum_steps` steps.
-    span_min, span_max: span lengths of the 'span' task (tokens).
-    probe_fraction: share of construction-pool questions whose paragraphs are held
-      out for the probe.
-    probe_rows: rows of each probe measurement.
-    log_every, probe_every: steps between loss lines and probe measurements (0: only
-      at the end).
-    seed: data and initialization seed.
-  """
-  steps: int
-  batch_size: int
-  seq_len: int
-  copy_seq_len: int
-  copy_only_steps: int
-  task_weights: tuple[float, ...]
-  learning_rate: float
-  warmup_steps: int
-  weight_decay: float
-  adam_b1: float
-  adam_b2: float
-  adam_eps: float
-  max_grad_norm: float
-  alphabet: int
-  copy_min_len: int
-  copy_max_len: int
-  copy_max_noise: int
-  curriculum_start: float
-  curriculum_steps: int
-  span_min: int
-  span_max: int
-  probe_fraction: float
-  probe_rows: int
-  log_every: int
-  probe_every: int
-  seed: int
-
-  def __post_init__(self):
-    problems = []
-    if len(self.task_weights) != len(TASKS) or any(w < 0 for w in self.task_weights):
-      problems.append(f'task_weights must be {len(TASKS)} non-negative weights for '
-                      f'{TASKS}, got {self.task_weights}')
-    elif abs(sum(self.task_weights) - 1.0) > 1e-6:
-      problems.append(f'task_weights must sum to 1, got {sum(self.task_weights)}')
-    if not 0 <= self.copy_only_steps <= self.steps:
-      problems.append(f'copy_only_steps must be in [0, steps], got {self.copy_only_steps}')
-    for name in ('steps', 'batch_size', 'seq_len', 'copy_seq_len', 'alphabet',
-                 'copy_min_len', 'span_min', 'probe_rows'):
-      if getattr(self, name) < 1:
-        problems.append(f'{name} must be >= 1, got {getattr(self, name)}')
-    if self.copy_max_len < self.copy_min_len:
-      problems.append('copy_max_len must be >= copy_min_len')
-    if 2 * self.copy_max_len + self.copy_max_noise + 3 > self.copy_seq_len:
-      problems.append(f'copy_seq_len {self.copy_seq_len} cannot hold two copies of '
-                      f'{self.copy_max_len} tokens and {self.copy_max_noise} of noise')
-    if not self.span_min <= self.span_max or self.span_max < PROBE_SPAN:
-      problems.append(f'span_min <= span_max and span_max >= {PROBE_SPAN} needed')
-    if not 0.0 < self.probe_fraction < 1.0:
-      problems.append(f'probe_fraction must be in (0, 1), got {self.probe_fraction}')
-    if not (self.learning_rate > 0 and np.isfinite(self.learning_rate)):
-      problems.append(f'learning_rate must be finite and > 0, got {self.learning_rate}')
-    if not 0.0 < self.curriculum_start <= 1.0:
-      problems.append(f'curriculum_start must be in (0, 1], got {self.curriculum_start}')
-    if problems:
-      raise ValueError('pretrain: ' + '; '.join(problems))
-
-
-@dataclasses.dataclass
-class Corpus:
-  """Tokenized construction-pool text.
-
-  Attributes:
-    train_paragraphs: token ids of each training paragraph (`title: sentences`).
-    train_sentences: (title ids, sentence ids) of each training sentence.
-    probe_paragraphs, probe_sentences: the same for the held-out questions.
-    special: ids of `<|endoftext|>`, the newline and the double quote.
-  """
-  train_paragraphs: list[np.ndarray]
-  train_sentences: list[np.ndarray]
-  probe_paragraphs: list[np.ndarray]
-  probe_sentences: list[np.ndarray]
-  tokenizer: tokenization.Tokenizer
-
-
-def build_corpus(construction: Sequence[hotpotqa.Example],
-                 tokenizer: tokenization.Tokenizer, probe_fraction: float,
-                 seed: int) -> Corpus:
-  """Tokenizes the construction pool's paragraphs and splits off the probe questions.
-
-  Args:
-    construction: the construction pool (`episodes.load_pools(...)[0]`); never the
-      internal-dev pool.
-    tokenizer: the policy's tokenizer.
-    probe_fraction: share of the questions held out for the probe.
-    seed: the split's seed.
-  Raises:
-    ValueError: an empty pool, or one too small to hold out a question.
-  """
-  if len(construction) < 2:
-    raise ValueError(f'pretraining needs >= 2 construction-pool questions, got '
-                     f'{len(construction)}')
-  order = np.random.default_rng(seed).permutation(len(construction))
-  n_probe = max(1, int(round(probe_fraction * len(construction))))
-  probe_ids = set(order[:n_probe].tolist())
-  parts = {True: ([], []), False: ([], [])}
-  seen = set()
-  for i, ex in enumerate(construction):
-    paragraphs, sentences = parts[i in probe_ids]
-    for para in ex.context:
-      text = f'{para.title}: ' + ' '.join(s.strip() for s in para.sentences)
-      if text in seen:  # a paragraph shared by two questions is trained or held out once
-        continue
-      seen.add(text)
-      paragraphs.append(np.asarray(tokenizer.encode(text), np.int32))
-      sentences.extend(np.asarray(tokenizer.encode(s.strip()), np.int32)
-                       for s in para.sentences if len(s.strip()) > 20)
-  return Corpus(parts[False][0], parts[False][1], parts[True][0], parts[True][1],
-                tokenizer)
-
-
-class RowMaker:
-  """Builds the rows of each task (module docstring) from a corpus.
-
-  Every row is (tokens [L] int32, target [L] float32): target[j] = 1 where token j is
-  a training target (predicted from tokens < j); padding is `pad_token_id` with target
-  0.
-  """
-
-  def __init__(self, corpus: Corpus, config: PretrainConfig):
-    tok = corpus.tokenizer
-    self.corpus, self.config = corpus, config
-    self.eot = _single_id(tok, '<|endoftext|>')
-    self.newline = _single_id(tok, '\n')
-    self.quote = _single_id(tok, '"')
-    self.pad = tok.pad_token_id
-    self._piece_cache: dict[str, np.ndarray] = {}
-    # 'copy' draws from ordinary pieces: past the specials and the 256 byte pieces.
-    self.first_plain = 2 + 256 + 16
-    if self.first_plain + config.alphabet > tok.vocab_size:
-      raise ValueError(f'pretrain.alphabet {config.alphabet} exceeds the vocabulary '
-                       f'({tok.vocab_size} pieces)')
-
-  def _enc(self, text: str) -> np.ndarray:
-    if text not in self._piece_cache:
-      self._piece_cache[text] = np.asarray(self.corpus.tokenizer.encode(text), np.int32)
-    return self._piece_cache[text]
-
-  def _row(self, pieces: Sequence[np.ndarray], targets: Sequence[bool],
-           length: int) -> tuple[np.ndarray, np.ndarray]:
-    tokens = np.concatenate([np.asarray(p, np.int32) for p in pieces])[:length]
-    target = np.concatenate([np.full(len(p), t, np.float32)
-                             for p, t in zip(pieces, targets)])[:length]
-    out_t = np.full(length, self.pad, np.int32)
-    out_m = np.zeros(length, np.float32)
-    out_t[:len(tokens)], out_m[:len(target)] = tokens, target
-    return out_t, out_m
-
-  def text(self, rng, paragraphs):
-    p = paragraphs[rng.integers(len(paragraphs))]
-    return self._row([[self.eot], p], [False, True], self.config.seq_len)
-
-  def copy(self, rng, step: int):
-    c = self.config
-    frac = min(1.0, c.curriculum_start + (1.0 - c.curriculum_start) *
-               step / max(1, c.curriculum_steps))
-    alphabet = max(8, int(c.alphabet * frac))
-    max_len = max(c.copy_min_len, int(c.copy_max_len * frac))
-    n = int(rng.integers(c.copy_min_len, max_len + 1))
-    x = self.first_plain + rng.integers(0, alphabet, n)
-    noise = self.first_plain + rng.integers(0, alphabet,
-                                            int(rng.integers(0, c.copy_max_noise + 1)))
-    return self._row([[self.eot], noise, x, [self.newline, self.quote], x[:1], x[1:]],
-                     [False, False, False, False, False, True], c.copy_seq_len)
-
-  def span(self, rng, paragraphs, length: int | None = None):
-    c = self.config
-    budget = c.seq_len - 3
-    for _ in range(64):
-      p = paragraphs[rng.integers(len(paragraphs))]
-      n = length or int(rng.integers(c.span_min, c.span_max + 1))
-      if len(p) >= n + 4:
-        break
-    else:
-      raise ValueError(f'no paragraph holds a {n}-token span')
-    p = p[:max(n + 4, budget - n)]
-    start = int(rng.integers(0, len(p) - n + 1))
-    s = p[start:start + n]
-    return self._row([[self.eot], p, [self.newline, self.quote], s[:1], s[1:]],
-                     [False, False, False, False, True], c.seq_len)
-
-  def _records(self, rng, sentences, k):
-    kinds = rng.choice(_ID_KINDS)
-    nums = rng.choice(np.arange(1, _ID_MAX + 1), size=k, replace=False)
-    ids = [f'{kinds}{n}' for n in nums]
-    texts = [sentences[rng.integers(len(sentences))][:_RECORD_TOKENS] for _ in range(k)]
-    lines = []
-    for rid, t in zip(ids, texts):
-      head = self._enc(f'[{serialization.ref(rid)} {_KIND_WORD[kinds]}] ')
-      lines += [head, [self.quote], t, [self.quote, self.newline]]
-    return ids, texts, lines
-
-  def quote_row(self, rng, sentences):
-    k = int(rng.integers(_RECORDS[0], _RECORDS[1] + 1))
-    ids, texts, lines = self._records(rng, sentences, k)
-    j = int(rng.integers(k))
-    ask = self._enc(f'quote {serialization.ref(ids[j])}: ')
-    pieces = [[self.eot], *lines, ask, [self.quote], texts[j], [self.quote]]
-    targets = [False] * (len(lines) + 3) + [True, True]
-    return self._row(pieces, targets, self.config.seq_len)
-
-  def cite_row(self, rng, sentences):
-    k = int(rng.integers(_RECORDS[0], _RECORDS[1] + 1))
-    ids, texts, lines = self._records(rng, sentences, k)
-    j = int(rng.integers(k))
-    ask = self._enc('cite ')
-    rid = self._enc(ids[j])
-    pieces = [[self.eot], *lines, ask, [self.quote], texts[j][:8], [self.quote],
-              self._enc(': '), [self.quote], rid, [self.quote]]
-    targets = [False] * (len(lines) + 7) + [True, True]
-    return self._row(pieces, targets, self.config.seq_len)
-
-  def batch(self, rng, task: str, step: int, probe: bool = False,
-            n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """[n or batch_size, L] tokens (int32) and targets (float32) of one task."""
-    corpus = self.corpus
-    paragraphs = corpus.probe_paragraphs if probe else corpus.train_paragraphs
-    sentences = corpus.probe_sentences if probe else corpus.train_sentences
-    make = {'text': lambda: self.text(rng, paragraphs),
-            'copy': lambda: self.copy(rng, step),
-            'span': lambda: self.span(rng, paragraphs,
-                                      PROBE_SPAN if probe else None),
-            'quote': lambda: self.quote_row(rng, sentences),
-            'cite': lambda: self.cite_row(rng, sentences)}[task]
-    rows = [make() for _ in range(n or self.config.batch_size)]
-    return np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows])
-
-
-def _single_id(tok: tokenization.Tokenizer, text: str) -> int:
-  ids = tok.encode(text)
-  if len(ids) != 1:
-    raise ValueError(f'the tokenizer must encode {text!r} as one piece, got {ids}')
-  return int(ids[0])
+# PretrainConfig fields that decide when figures are taken or when the run stops, not
+# the parameters it reaches: left out of the trajectory fingerprint.
+_CADENCE_FIELDS = ('log_every', 'probe_every', 'probe_rows', 'max_consecutive_skips')
 
 
 def next_token_loss(model_config: QwenConfig, params, tokens: jax.Array,
@@ -361,19 +100,38 @@ def next_token_loss(model_config: QwenConfig, params, tokens: jax.Array,
 
 
 def make_train_step(model_config: QwenConfig, tx: optax.GradientTransformation):
-  """The jitted step (params, opt_state, tokens [B, L], targets [B, L]) ->
-  (params, opt_state, loss, accuracy)."""
+  """The jitted step (params, opt_state, tokens [B, L] int32, targets [B, L] float32)
+  -> (params, opt_state, loss, accuracy, finite).
+
+  `finite` (bool scalar) says whether the loss and every gradient entry are finite;
+  the caller keeps the old parameters and optimizer state when it is False (the inputs
+  are not donated, so they stay valid).
+  """
 
   def step(params, opt_state, tokens, targets):
     (loss, acc), grads = jax.value_and_grad(
         lambda p: next_token_loss(model_config, p, tokens, targets), has_aux=True)(params)
     updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss, acc
+    finite = jnp.isfinite(loss) & nonfinite.tree_all_finite(grads)
+    return optax.apply_updates(params, updates), opt_state, loss, acc, finite
 
-  return jax.jit(step, donate_argnums=(0, 1))
+  return jax.jit(step)
 
 
-def copy_probe(model_config: QwenConfig, params, rows: RowMaker, n: int,
+def pretrain_optimizer(
+    config: pretrain_data.PretrainConfig) -> optax.GradientTransformation:
+  """Clipped AdamW (`optim.clipped_adamw`) at `learning_rate` after a linear warmup of
+  `warmup_steps` steps from learning_rate / warmup_steps."""
+  warmup = max(1, config.warmup_steps)
+  schedule = optax.join_schedules(
+      [optax.linear_schedule(config.learning_rate / warmup, config.learning_rate, warmup),
+       optax.constant_schedule(config.learning_rate)], [warmup])
+  return optim.clipped_adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
+                             eps=config.adam_eps, weight_decay=config.weight_decay,
+                             max_grad_norm=config.max_grad_norm)
+
+
+def copy_probe(model_config: QwenConfig, params, rows: pretrain_data.RowMaker, n: int,
                seed: int) -> dict[str, float]:
   """The copy probe on held-out paragraphs (module docstring).
 
@@ -407,77 +165,181 @@ def _per_row(model_config, params, tokens, targets):
   return (hit * w).sum(-1), w.sum(-1), (nll * w).sum(-1)
 
 
-def pretrain(model_config: QwenConfig, config: PretrainConfig,
-             construction: Sequence[hotpotqa.Example],
-             tokenizer: tokenization.Tokenizer, *, log=print,
-             metrics_path: str | None = None,
-             on_probe=None) -> tuple[Any, dict[str, float]]:
-  """Trains `model_config` from random init on the tasks of the module docstring.
+def trajectory_fingerprint(run: run_setup.RunSetup) -> dict[str, Any]:
+  """The settings that decide the parameters a pretraining run reaches (checked on
+  resume): every `pretrain` field but the cadences (`_CADENCE_FIELDS`), the model and
+  the construction pool's split. JSON values (lists, not tuples), as stored."""
+  pc = run.pretrain
+  out = {k: v for k, v in dataclasses.asdict(pc).items() if k not in _CADENCE_FIELDS}
+  out['task_weights'] = [float(w) for w in pc.task_weights]
+  out.update(model=run.model.identity, data_source=run.data.source,
+             dev_fraction=run.data.dev_fraction, split_seed=run.data.split_seed)
+  return out
+
+
+def data_position(rng: np.random.Generator,
+                  corpus: pretrain_data.Corpus) -> dict[str, Any]:
+  """The batch generator's state (its 128-bit integers as decimal strings, which every
+  JSON reader keeps exact) and the corpus sizes, stored in every checkpoint."""
+  state = rng.bit_generator.state
+  return {'bit_generator': state['bit_generator'],
+          'state': str(state['state']['state']), 'inc': str(state['state']['inc']),
+          'has_uint32': int(state['has_uint32']), 'uinteger': int(state['uinteger']),
+          'train_paragraphs': len(corpus.train_paragraphs),
+          'train_sentences': len(corpus.train_sentences)}
+
+
+def _restore_generator(rng: np.random.Generator, position: Mapping[str, Any]) -> None:
+  rng.bit_generator.state = {
+      'bit_generator': position['bit_generator'],
+      'state': {'state': int(position['state']), 'inc': int(position['inc'])},
+      'has_uint32': int(position['has_uint32']), 'uinteger': int(position['uinteger'])}
+
+
+def _empty_window() -> dict[str, list[float]]:
+  """Per task: [loss sum, accuracy sum, applied steps] since the last metrics row."""
+  return {t: [0.0, 0.0, 0] for t in pretrain_data.TASKS}
+
+
+class _PretrainPhase:
+  """Pretraining's step, copy probe, rows and checkpoint for `phase_runner.PhaseRunner`
+  (module docstring)."""
+
+  def __init__(self, model_config: QwenConfig, config: pretrain_data.PretrainConfig,
+               rows: pretrain_data.RowMaker, runner: phase_runner.PhaseRunner, *,
+               tx: optax.GradientTransformation, params, opt_state,
+               rng: np.random.Generator, fingerprint: Mapping[str, Any]):
+    self.model_config, self.config, self.runner = model_config, config, runner
+    self.row_maker = rows
+    self.params, self.opt_state, self.rng = params, opt_state, rng
+    self.fingerprint = dict(fingerprint)
+    self.step_fn = make_train_step(model_config, tx)
+    self.weights = np.asarray(config.task_weights, np.float64)
+    md = runner.metadata
+    window = md.get('log_window') or _empty_window()
+    self.window = {t: list(v) for t, v in window.items()}
+    self.probe = dict(md.get('probe') or {})
+
+  def step(self, n: int) -> phase_runner.StepResult:
+    c = self.config
+    task = ('copy' if n <= c.copy_only_steps
+            else pretrain_data.TASKS[int(self.rng.choice(len(pretrain_data.TASKS),
+                                                         p=self.weights))])
+    tokens, targets = self.row_maker.batch(self.rng, task, n)
+    params, opt_state, loss, acc, finite = self.step_fn(self.params, self.opt_state,
+                                                        tokens, targets)
+    if not self.runner.skips.record(bool(finite), f'pretrain step {n}'):
+      self.params, self.opt_state = params, opt_state
+      s = self.window[task]
+      s[0] += float(loss); s[1] += float(acc); s[2] += 1
+    return phase_runner.StepResult({}, dict(task=task, loss=f'{float(loss):.3f}'))
+
+  def evaluate(self, n: int) -> phase_runner.Evaluation:
+    del n
+    c = self.config
+    self.probe = copy_probe(self.model_config, self.params, self.row_maker, c.probe_rows,
+                            c.seed + 2)
+    return phase_runner.Evaluation({f'probe/{k}': round(v, 4)
+                                    for k, v in self.probe.items()})
+
+  def rows(self, n, result, evaluation, log_due):
+    del n, result
+    row = {}
+    if log_due:
+      row['seconds'] = round(self.runner.wall_time(), 1)
+      for t, (l_sum, a_sum, k) in self.window.items():
+        if k:
+          row[f'{t}/loss'] = round(l_sum / k, 4)
+          row[f'{t}/accuracy'] = round(a_sum / k, 4)
+      self.window = _empty_window()
+    if evaluation is not None:
+      row.update(evaluation.row)
+    return [row] if row else []
+
+  def final_metrics(self, n: int, wall: float) -> dict[str, Any]:
+    """'step', 'total_steps', 'complete', 'cumulative_wall_time_s', 'skipped_steps' and
+    'probe' (the last copy probe, `copy_probe`'s keys; {} before the first)."""
+    total = self.runner.config.total
+    return {'step': int(n), 'total_steps': int(total), 'complete': n >= total,
+            'cumulative_wall_time_s': float(wall),
+            'skipped_steps': int(self.runner.skips.total), 'probe': dict(self.probe)}
+
+  def train_state(self, n, metadata, selection) -> checkpoints.TrainState:
+    del selection
+    metadata.update({'fingerprint': self.fingerprint,
+                     'total_steps': self.runner.config.total,
+                     'log_window': self.window, 'probe': self.probe})
+    if n == self.runner.config.total:
+      metadata['final_metrics'] = self.final_metrics(
+          n, metadata['cumulative_wall_time_s'])
+    return checkpoints.TrainState(
+        step=n, params=self.params, opt_state=self.opt_state,
+        data_position=data_position(self.rng, self.row_maker.corpus), metadata=metadata)
+
+
+def pretrain(run: run_setup.RunSetup, construction: Sequence[hotpotqa.Example],
+             tokenizer: tokenization.Tokenizer, directory: str, *,
+             stop: Optional[int] = None,
+             t_start: Optional[float] = None) -> tuple[Any, dict[str, Any]]:
+  """Trains `run.model.config` from random init on the tasks of train/pretrain_data.py
+  into `directory`, resuming from its newest checkpoint (module docstring).
 
   Args:
-    model_config: the model (its vocabulary must hold the tokenizer's).
-    config: PretrainConfig.
-    construction: the construction pool.
+    run: the typed setup of a `pretrain` config (`run.pretrain` set).
+    construction: the construction pool (`episodes.load_pools(run.data)[0]`).
     tokenizer: the policy's tokenizer.
-    log: where progress lines go.
-    metrics_path: a JSON-lines file for per-step metrics (None: none written).
-    on_probe: called as on_probe(step, params, probe) after each probe measurement
-      (e.g. to keep intermediate bases); None: nothing.
+    directory: the phase directory (checkpoints, metrics.jsonl, TensorBoard events).
+    stop: stop once this many steps are complete, as a kill after that step would
+      (tests, drills); None trains to `run.pretrain.steps`.
+    t_start: when this call began (time.time(); default now).
   Returns:
-    (params, the final copy probe).
+    (params after the last completed step, `_PretrainPhase.final_metrics`).
   Raises:
-    ValueError: a vocabulary smaller than the tokenizer's, or what `build_corpus` and
-      `RowMaker` raise.
+    ValueError: a vocabulary smaller than the tokenizer's, what `build_corpus` and
+      `RowMaker` raise, or a checkpoint in `directory` of other settings (each
+      differing field named) or another corpus.
+    nonfinite.NonFiniteError: `max_consecutive_skips` non-finite steps in a row.
   """
+  pc, model_config = run.pretrain, run.model.config
   if tokenizer.vocab_size > model_config.vocab_size:
     raise ValueError(f'tokenizer has {tokenizer.vocab_size} pieces, model vocab_size '
                      f'{model_config.vocab_size}')
-  corpus = build_corpus(construction, tokenizer, config.probe_fraction, config.seed)
-  rows = RowMaker(corpus, config)
-  schedule = optax.join_schedules(
-      [optax.linear_schedule(config.learning_rate / max(1, config.warmup_steps),
-                             config.learning_rate, max(1, config.warmup_steps)),
-       optax.constant_schedule(config.learning_rate)], [max(1, config.warmup_steps)])
-  tx = optim.clipped_adamw(schedule, b1=config.adam_b1, b2=config.adam_b2,
-                           eps=config.adam_eps, weight_decay=config.weight_decay,
-                           max_grad_norm=config.max_grad_norm)
-  params = qwen.init_params(model_config, jax.random.PRNGKey(config.seed))
+  corpus = pretrain_data.build_corpus(construction, tokenizer, pc.probe_fraction, pc.seed)
+  rows = pretrain_data.RowMaker(corpus, pc)
+  tx = pretrain_optimizer(pc)
+  params = qwen.init_params(model_config, jax.random.PRNGKey(pc.seed))
   opt_state = tx.init(params)
-  step_fn = make_train_step(model_config, tx)
-  rng = np.random.default_rng(config.seed + 1)
-  weights = np.asarray(config.task_weights, np.float64)
-  sums = {t: [0.0, 0.0, 0] for t in TASKS}
-  out = open(metrics_path, 'a') if metrics_path else None
-  start = time.time()
-  try:
-    for step in range(1, config.steps + 1):
-      task = ('copy' if step <= config.copy_only_steps
-              else TASKS[int(rng.choice(len(TASKS), p=weights))])
-      tokens, targets = rows.batch(rng, task, step)
-      params, opt_state, loss, acc = step_fn(params, opt_state, tokens, targets)
-      s = sums[task]
-      s[0] += float(loss); s[1] += float(acc); s[2] += 1
-      if step % config.log_every == 0 or step == config.steps:
-        record = {'step': step, 'seconds': round(time.time() - start, 1)}
-        for t, (l_sum, a_sum, k) in sums.items():
-          if k:
-            record[f'{t}/loss'] = round(l_sum / k, 4)
-            record[f'{t}/accuracy'] = round(a_sum / k, 4)
-        sums = {t: [0.0, 0.0, 0] for t in TASKS}
-        if (config.probe_every and step % config.probe_every == 0) or step == config.steps:
-          probe = copy_probe(model_config, params, rows, config.probe_rows, config.seed + 2)
-          record.update({f'probe/{k}': round(v, 4) for k, v in probe.items()})
-          if on_probe is not None:
-            on_probe(step, params, probe)
-        log(json.dumps(record))
-        if out:
-          out.write(json.dumps(record) + '\n')
-          out.flush()
-  finally:
-    if out:
-      out.close()
-  probe = copy_probe(model_config, params, rows, config.probe_rows, config.seed + 2)
-  return params, probe
+  rng = np.random.default_rng(pc.seed + 1)
+  fingerprint = trajectory_fingerprint(run)
+  # The section's own cadences: a pretraining row every `log_every` steps.
+  loop = dataclasses.replace(run.loop, log_every=pc.log_every)
+  runner_config = phase_runner.RunnerConfig(
+      name=PHASE, total=pc.steps, eval_every=pc.probe_every,
+      max_consecutive_skips=pc.max_consecutive_skips, loop=loop, unit='step')
+
+  def check(restored: checkpoints.TrainState) -> None:
+    setup.check_resume(restored.metadata, fingerprint, directory,
+                       what='a pretraining run')
+    sizes = {k: restored.data_position.get(k)
+             for k in ('train_paragraphs', 'train_sentences')}
+    want = {'train_paragraphs': len(corpus.train_paragraphs),
+            'train_sentences': len(corpus.train_sentences)}
+    if sizes != want:
+      raise ValueError(f'{directory}: checkpoint step {restored.step} was trained on a '
+                       f'corpus of {sizes}, this run builds {want} (another '
+                       'construction pool); use a fresh --workdir')
+
+  with phase_runner.PhaseRunner(directory, runner_config, t_start=t_start) as runner:
+    restored = runner.restore(checkpoints.TrainState(
+        step=0, params=params, opt_state=opt_state,
+        data_position=data_position(rng, corpus), metadata={}), check)
+    if restored is not None:
+      params, opt_state = restored.params, restored.opt_state
+      _restore_generator(rng, restored.data_position)
+    phase = _PretrainPhase(model_config, pc, rows, runner, tx=tx, params=params,
+                           opt_state=opt_state, rng=rng, fingerprint=fingerprint)
+    step = runner.run(phase, stop=stop)
+    return phase.params, phase.final_metrics(step, runner.wall_time())
 
 
 def write_base(model_config: QwenConfig, params, tokenizer_path: str, out_dir: str,
@@ -495,68 +357,56 @@ def write_base(model_config: QwenConfig, params, tokenizer_path: str, out_dir: s
     json.dump(dict(info), f, indent=2, sort_keys=True)
 
 
-def pretrain_config_from(config: ml_collections.ConfigDict) -> PretrainConfig:
-  """The `pretrain` section as a PretrainConfig.
-
-  Raises:
-    ValueError: `config.pretrain: <problem>` for an unknown key or a bad value.
-  """
-  values = config.pretrain.to_dict()
-  values['task_weights'] = tuple(float(w) for w in values.get('task_weights', ()))
-  names = {f.name for f in dataclasses.fields(PretrainConfig)}
-  unknown = sorted(set(values) - names)
-  if unknown:
-    raise ValueError(f'config.pretrain: unknown field(s) {unknown}')
-  try:
-    return PretrainConfig(**values)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f'config.pretrain: {e}') from e
 
 
-def run_pretrain(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def run_pretrain(config: ml_collections.ConfigDict, workdir: str, *,
+                 stop_after_step: int | None = None) -> dict[str, Any]:
   """Pretrains the tiny base into `<workdir>/pretrain/` (module docstring).
 
-  Writes `metrics.jsonl` (loss and accuracy per task every `log_every` steps, the copy
-  probe every `probe_every`) and the Hugging Face folder `base/` (`write_base`), and
-  prints the copy probe. A second run into the same folder starts again from random
-  initialization (it takes minutes, and its base replaces the first).
+  Resumes from the newest checkpoint there; once all steps are complete, writes the
+  Hugging Face folder `base/` (`write_base`) and prints the copy probe.
 
+  Args:
+    config: the `pretrain` experiment config (experiments/configs/pretrain.py).
+    workdir: run directory; the phase writes `workdir/pretrain/`.
+    stop_after_step: stop once this many steps are complete (as if killed after that
+      step); no base is written then. None trains to the end.
   Returns:
-    {'base': path of the HF folder, 'probe': the final copy probe, 'seconds': wall
-    time}.
+    {'base': path of the HF folder (None when stopped early), 'probe': the last copy
+    probe, 'step', 'complete', 'seconds': this call's wall time}.
   Raises:
-    ValueError: a bad `pretrain` section, model or tokenizer (`pretrain`'s errors),
-      or a config that loads a checkpoint (the base is made from random weights).
+    ValueError: a bad `pretrain` section, model or tokenizer, a config that loads a
+      checkpoint (`run_setup.RunSetup.from_config`: the base is made from random
+      weights), or a workdir holding a pretraining run of other settings.
   """
-  if config.model.hf_checkpoint:
-    raise ValueError('config.model.hf_checkpoint: pretraining starts from random '
-                     'weights; leave it unset')
-  pc = pretrain_config_from(config)
-  model_config = setup.model_config_from(config)
-  tok_path = setup.tokenizer_path(config)
+  t_start = time.time()
+  run = run_setup.RunSetup.from_config(config)
+  tok_path = run.model.tokenizer_path
   if not os.path.isfile(tok_path):
     raise ValueError(f'config.tokenizer.path: pretraining packages a SentencePiece '
                      f'model file with the base, got {tok_path!r}')
   tokenizer = setup.load_tokenizer_cached(tok_path)
-  construction, _ = episodes.load_pools(
-      hotpotqa.DataConfig.from_config(config.data.to_dict()))
-  out = os.path.join(workdir, 'pretrain')
-  os.makedirs(out, exist_ok=True)
-  metrics = os.path.join(out, METRICS_FILE)
-  if os.path.exists(metrics):
-    os.remove(metrics)
-  start = time.time()
-  params, probe = pretrain(model_config, pc, construction, tokenizer,
-                           metrics_path=metrics)
-  seconds = time.time() - start
-  base = os.path.join(out, BASE_DIR)
-  write_base(model_config, params, tok_path, base,
+  construction, _ = episodes.load_pools(run.data)
+  directory = checkpoints.phase_dir(workdir, PHASE)
+  params, final = pretrain(run, construction, tokenizer, directory,
+                           stop=stop_after_step, t_start=t_start)
+  result = {'base': None, 'probe': final['probe'], 'step': final['step'],
+            'complete': final['complete'], 'seconds': time.time() - t_start}
+  if not final['complete']:
+    print(f'pretrain: stopped after step {final["step"]} of {final["total_steps"]}; '
+          f'the same command resumes from the newest checkpoint in {directory}')
+    return result
+  pc, probe, wall = run.pretrain, final['probe'], final['cumulative_wall_time_s']
+  base = os.path.join(directory, BASE_DIR)
+  write_base(run.model.config, params, tok_path, base,
              {'made_by': 'python experiments/run.py --config=pretrain.py',
               'pretrain': dataclasses.asdict(pc), 'probe': probe,
-              'seconds': round(seconds, 1),
+              'seconds': round(wall, 1),
               'stand_in': 'a CPU stand-in for a pretrained Qwen (issue 22)'})
-  print(f'pretrain: {pc.steps} steps in {seconds / 60:.1f} min; copy probe on held-out '
+  print(f'pretrain: {pc.steps} steps in {wall / 60:.1f} min; copy probe on held-out '
         f'construction-pool paragraphs: span copy {probe["span_copy_accuracy"]:.3f} '
-        f'per token ({PROBE_SPAN}-token spans), id copy {probe["id_copy_accuracy"]:.3f}, '
-        f'text loss {probe["text_loss"]:.3f} nats/token; base written to {base}')
-  return {'base': base, 'probe': probe, 'seconds': seconds}
+        f'per token ({pretrain_data.PROBE_SPAN}-token spans), id copy '
+        f'{probe["id_copy_accuracy"]:.3f}, text loss {probe["text_loss"]:.3f} '
+        f'nats/token; base written to {base}')
+  result['base'] = base
+  return result

@@ -3,7 +3,8 @@
 `RunSetup.from_config(config)` reads every section a training phase needs
 (experiments/configs/parts/paper.py) into the library's frozen dataclasses, each of
 which checks its own values, and makes the checks that span sections here, once. The
-trainers (`train/sft.py:run_sft`, `train/rl_phase.py:run_rl_phase`) build it first and
+trainers (`train/sft.py:run_sft`, `train/rl_phase.py:run_rl_phase`,
+`train/pretrain.py:run_pretrain`) build it first and
 hand each function the typed part it reads; no code below them reads the ConfigDict.
 
   model      ModelSetup: QwenConfig, its name in the fingerprint, checkpoint folder,
@@ -16,9 +17,12 @@ hand each function the typed part it reads; no code below them reads the ConfigD
   loop       phase_runner.LoopSettings (sections `checkpoint`, `metrics`)
   rl         RLSettings of an RL phase (section `rl`), else None
   sft        SFTSettings of the SFT phase (section `sft`), else None
+  pretrain   pretrain_data.PretrainConfig of the tiny base's pretraining (section
+             `pretrain`), else None
 
 Cross-section checks (ValueError naming the field): an RL phase has no entropy bonus
-(SPEC §6), at least one update and a sampling temperature > 0 (SPEC §4: 0.7).
+(SPEC §6), at least one update and a sampling temperature > 0 (SPEC §4: 0.7);
+pretraining starts from random weights (no `model.hf_checkpoint`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from vermem_jax.rl import rewards
 from vermem_jax.rl import rollout
 from vermem_jax.train import optim
 from vermem_jax.train import phase_runner
+from vermem_jax.train import pretrain_data
 from vermem_jax.train import rl_learner
 from vermem_jax.train import rl_optimizer
 from vermem_jax.train import rl_selection
@@ -165,6 +170,7 @@ class RunSetup:
   loop: phase_runner.LoopSettings
   rl: RLSettings | None = None
   sft: SFTSettings | None = None
+  pretrain: pretrain_data.PretrainConfig | None = None
 
   @classmethod
   def from_config(cls, config: ml_collections.ConfigDict) -> 'RunSetup':
@@ -174,6 +180,9 @@ class RunSetup:
       ValueError: a bad field, named (`config.<section>.<field>: ...`).
     """
     phase, m = str(config.phase), config.model
+    if phase == 'pretrain' and m.hf_checkpoint:
+      raise ValueError('config.model.hf_checkpoint: pretraining starts from random '
+                       'weights; leave it unset')
     mc = setup_lib.model_config_from(config)
     model = ModelSetup(config=mc, identity=setup_lib.model_identity(config),
                        hf_checkpoint=str(m.hf_checkpoint or ''),
@@ -201,7 +210,9 @@ class RunSetup:
         solver=task_solver_setup.SolverSetup.from_config(config),
         loop=phase_runner.LoopSettings.from_config(config),
         rl=_rl_settings(config, sampling) if phase in RL_PHASES else None,
-        sft=_sft_settings(config) if phase == 'sft' else None)
+        sft=_sft_settings(config) if phase == 'sft' else None,
+        pretrain=(pretrain_data.PretrainConfig.from_section(
+            config.pretrain.to_dict()) if phase == 'pretrain' else None))
 
 
 def _sft_data(config: ml_collections.ConfigDict, **overrides: Any) -> sft_config.SFTDataConfig:

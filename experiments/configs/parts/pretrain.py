@@ -56,6 +56,7 @@ def apply_pretrain(c: ml_collections.ConfigDict) -> None:
   p.span_max = 48
   p.probe_fraction = 0.05              # held-out construction-pool questions
   p.probe_rows = 64
+  p.max_consecutive_skips = 3          # as sft / rl (parts/paper.py)
   p.log_every = 50
   p.probe_every = 200
   # One fixed base for every curriculum seed (the packaged one was made with 0); the
