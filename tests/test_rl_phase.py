@@ -191,8 +191,10 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
   assert first['step'] == 1
   assert len(adv) == first['train/num_decisions'] > 0
   # bf16 compute (tiny default): the policy and reference forwards of the same
-  # parameters agree to ~1e-6 nats; a wrong reference gives a KL orders larger.
-  assert abs(first['train/kl']) < 1e-4  # bf16 compute of one set of params twice
+  # parameters differ by bf16 rounding only: measured 2.5e-6 to 1.3e-5 in the default's
+  # phases (learning_curve.py, seed 42) and 1.0e-4 in this shrunk config; a wrong
+  # reference or a moved θ reads 4.5e-3 and more.
+  assert abs(first['train/kl']) < 1e-3
   assert first['train/ratio'] == pytest.approx(1.0, abs=1e-5)
   assert first['train/loss'] == pytest.approx(-np.mean(adv), abs=1e-5)
   ref = json.load(open(os.path.join(phase_dir, rl_resume.REFERENCE_FILE)))
