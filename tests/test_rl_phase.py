@@ -196,7 +196,10 @@ def test_first_update_at_theta_ref_reports_zero_kl_and_minus_mean_advantage(clea
   # reference or a moved θ reads 4.5e-3 and more.
   assert abs(first['train/kl']) < 1e-3
   assert first['train/ratio'] == pytest.approx(1.0, abs=1e-5)
-  assert first['train/loss'] == pytest.approx(-np.mean(adv), abs=1e-5)
+  # Loss = −mean A + β_KL·KL at ratio 1 (β_KL·KL is ~1e-5 of bf16 noise here).
+  beta = tiny_config('phase_b').rl.kl_beta
+  assert first['train/loss'] == pytest.approx(-np.mean(adv) + beta * first['train/kl'],
+                                              abs=1e-6)
   ref = json.load(open(os.path.join(phase_dir, rl_resume.REFERENCE_FILE)))
   assert ref['params_sha256'] == ref['initial_params_sha256']
 
