@@ -229,6 +229,9 @@ def test_bad_scale_argument():
     ('rl.eval_every', 0, 'config.rl.eval_every'),
     ('rl.selection_metric', 'j_judge', 'config.rl.selection_metric'),
     ('rl.eval_episodes', -1, 'config.rl.eval_episodes'),
+    # An RL phase with no update is refused by validation, so --dry_run refuses it too.
+    ('rl.num_updates', 0, r'config.rl.num_updates: must be >= 1 in an RL phase \(phase_b\)'),
+    ('rl.num_updates', -1, 'config.rl.num_updates: must be >= 1'),
     ('solver.backend', 'openai_compatible', 'config.solver.base_url'),
     ('solver.timeout_s', 0.0, 'config.solver.timeout_s'),
     ('eval.seeds', (), 'config.eval.seeds'),

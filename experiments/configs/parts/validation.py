@@ -181,7 +181,12 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
   _require(r.loss_temperature is None or r.loss_temperature > 0, 'rl.loss_temperature',
            'must be > 0 (None = sampling.temperature)')
   _require(r.max_log_ratio > 0, 'rl.max_log_ratio', 'must be > 0')
-  _require(r.num_updates >= 0, 'rl.num_updates', 'must be >= 0')
+  if config.phase in curriculum.PHASE_ORDER[1:]:
+    # Checked here, not only when the phase starts, so that --dry_run refuses it too.
+    _require(r.num_updates >= 1, 'rl.num_updates',
+             f'must be >= 1 in an RL phase ({config.phase}), got {r.num_updates}')
+  else:
+    _require(r.num_updates >= 0, 'rl.num_updates', 'must be >= 0')
   _require(r.tasks_per_update >= 1, 'rl.tasks_per_update', 'must be >= 1')
   _require(r.rollouts_per_task >= 2, 'rl.rollouts_per_task',
            f'K={r.rollouts_per_task}: group normalization needs K >= 2')
