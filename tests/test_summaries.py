@@ -106,6 +106,7 @@ def test_rl_summary_end_column_names_the_selected_update(tmp_path):
   rejected = next(l for l in lines if l.strip().startswith('rejected rate')
                   and '0.250' in l)
   assert rejected.split()[-2:] == ['0.250', '0.125'] and len(rejected) == len(head)
+  assert any(l.strip().startswith('dev operation mix, selected') for l in lines)
   # Logs from before the step was recorded: a plain 'end' column.
   del result['internal_dev/end/step']
   lines = summaries.phase_summary('phase_b', result, str(phase_dir)).splitlines()

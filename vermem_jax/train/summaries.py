@@ -177,7 +177,9 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
     for label, key in DEV_ROWS:
       lines.append(f'  {label:<{_RL_LABEL_W}s} {_fmt(start.get(key)):>{w}s} '
                    f'{_fmt(end.get(key)):>20s}')
-    for label, values in (('dev operation mix, start', start), ('dev operation mix, end', end)):
+    last = 'selected' if end.get('step') is not None else 'end'
+    for label, values in (('dev operation mix, start', start),
+                          (f'dev operation mix, {last}', end)):
       lines.append(f'  {label:<{_RL_LABEL_W}s} {internal_dev.op_mix(values)}')
   workdir = workdir or os.path.dirname(os.path.abspath(phase_dir))
   lines += [
