@@ -1,0 +1,156 @@
+r"""Does SFT learn the decisions, or only the text? Teacher-forced tool choice per class.
+
+    python experiments/benchmarks/sft_decisions.py --workdir=workdir          # after make run
+    python experiments/benchmarks/sft_decisions.py --workdir=runs/s43 --seed=43
+
+Loads the SFT checkpoint of `--workdir/sft` (the step Phase A starts from), rebuilds the
+SFT set of the tiny config with `--seed` (the same seeded records the run trained and
+scored on) and feeds every train and dev record teacher-forced: prompt x_i, then the
+target command u*_i. Per target class it prints, for the train and the dev records:
+
+  decision   share of records whose most likely first command token is the target's
+             (every tool name, and ∅, is one token of the packaged tokenizer: the
+             first command token is the tool choice);
+  p(tool)    mean probability of the target's tool token;
+  instead    the first token most often predicted when it is wrong;
+  tokens     share of the command's tokens predicted right (teacher-forced).
+
+A class whose train decision share is low while its token share is high has the
+command text learnt but not when to use it: more epochs on the same records do not
+help there, since the records are already fitted token by token. The dev `decision`
+share is the teacher-forced counterpart of the SFT summary's greedy tool accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import pathlib
+import sys
+
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+if str(_REPO) not in sys.path:
+  sys.path.insert(0, str(_REPO))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import bench_common  # noqa: E402
+from experiments.configs import common  # noqa: E402
+from vermem_jax.envs import episodes  # noqa: E402
+from vermem_jax.envs.sft_data import build as sft_build  # noqa: E402
+from vermem_jax.memory import commands as cmds  # noqa: E402
+from vermem_jax.models import qwen  # noqa: E402
+from vermem_jax.train import checkpoints  # noqa: E402
+from vermem_jax.train import run_setup  # noqa: E402
+from vermem_jax.train import setup  # noqa: E402
+from vermem_jax.train import sft_examples  # noqa: E402
+
+_BATCH = 8
+
+
+def decision_figures(model_config, params, examples, tokenizer,
+                     batch_size: int = _BATCH) -> dict[str, dict[str, float | str]]:
+  """Teacher-forced figures per target class (module docstring).
+
+  Args:
+    model_config: the policy's QwenConfig.
+    params: its parameters.
+    examples: `sft_examples.SFTExample`s (prompt ids, command ids + stop token).
+    tokenizer: decodes the predicted first tokens for 'instead'.
+    batch_size: rows per forward pass (rows are right-padded to the batch's longest).
+  Returns:
+    {op: {'n', 'decision', 'p_tool', 'tokens' (floats in [0, 1] but 'n'),
+          'instead' (decoded token, '' when every decision is right)}}.
+  """
+  forward = jax.jit(lambda p, t: qwen.Qwen(model_config).apply({'params': p}, t))
+  hits, probs, tok_acc, counts = (collections.defaultdict(float) for _ in range(4))
+  wrong = collections.defaultdict(collections.Counter)
+  pad = tokenizer.pad_token_id
+  for start in range(0, len(examples), batch_size):
+    batch = examples[start:start + batch_size]
+    # One shape per bucket of 64 tokens keeps the compilations few.
+    longest = max(len(e.prompt_tokens) + len(e.command_tokens) for e in batch)
+    width = -(-longest // 64) * 64
+    rows = np.full((batch_size, width), pad, np.int32)
+    for j, e in enumerate(batch):
+      seq = e.prompt_tokens + e.command_tokens
+      rows[j, :len(seq)] = seq
+    logits = np.asarray(forward(params, jnp.asarray(rows)).astype(jnp.float32))
+    for j, e in enumerate(batch):
+      first, n = len(e.prompt_tokens) - 1, len(e.command_tokens)
+      step = logits[j, first:first + n]  # step[k] predicts command token k
+      target = np.asarray(e.command_tokens)
+      p = np.exp(step[0] - step[0].max())
+      p /= p.sum()
+      op = e.record.op
+      guess = int(step[0].argmax())
+      counts[op] += 1
+      hits[op] += float(guess == target[0])
+      probs[op] += float(p[target[0]])
+      tok_acc[op] += float((step.argmax(-1) == target).mean())
+      if guess != target[0]:
+        wrong[op][tokenizer.decode([guess]).strip() or repr(tokenizer.decode([guess]))] += 1
+  out = {}
+  for op in counts:
+    k = counts[op]
+    instead = wrong[op].most_common(1)
+    out[op] = {'n': int(k), 'decision': hits[op] / k, 'p_tool': probs[op] / k,
+               'tokens': tok_acc[op] / k, 'instead': instead[0][0] if instead else ''}
+  return out
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--workdir', default='workdir',
+                      help='a run directory holding sft/ (make run writes workdir/)')
+  parser.add_argument('--seed', type=int, default=None,
+                      help="the SFT run's config seed (default: the config's, 42)")
+  bench_common.add_out_flag(parser)
+  args = parser.parse_args(argv)
+  config = common.get_config('sft')
+  if args.seed is not None:
+    config.seed = args.seed
+  directory = os.path.join(args.workdir, 'sft')
+  try:
+    run = run_setup.RunSetup.from_config(config)
+    tok = setup.load_tokenizer_for(config)
+    params, step = checkpoints.restore_params_only(directory)
+  except (OSError, ValueError, checkpoints.CheckpointError) as e:
+    print(f'error: --workdir={args.workdir}: {e}', file=sys.stderr)
+    return 2
+  model_config = run.model.config
+  construction, dev_pool = episodes.load_pools(run.data)
+  train, dev, _ = sft_build.build_sft_set(construction, dev_pool,
+                                          count_tokens=tok.count_tokens,
+                                          config=run.sft.data, verbose=False)
+  limits = dict(max_sequence_tokens=run.batching.length_buckets[-1],
+                max_command_tokens=run.sampling.max_command_tokens)
+  figures = {}
+  for split, records in (('train', train), ('dev', dev)):
+    examples, _ = sft_examples.tokenize_records(records, tok, **limits)
+    figures[split] = decision_figures(model_config, params, examples, tok)
+  print(f'SFT decisions, teacher-forced: {directory} step {step}, seed {config.seed}; '
+        f'{sum(f["n"] for f in figures["train"].values())} train / '
+        f'{sum(f["n"] for f in figures["dev"].values())} dev records')
+  print(f'{"class":<14}{"train: decision":>16}{"p(tool)":>9}{"tokens":>8}  '
+        f'{"instead":<14}{"dev: decision":>14}{"tokens":>8}')
+  for op in cmds.ALL_OPS:
+    if op not in figures['train']:
+      continue
+    t, d = figures['train'][op], figures['dev'].get(op)
+    name = cmds.NULL_SYMBOL if op == cmds.NULL else op
+    dev_cols = (f'{d["decision"]:>14.2f}{d["tokens"]:>8.2f}' if d else f'{"-":>14}{"-":>8}')
+    print(f'{name:<14}{t["decision"]:>16.2f}{t["p_tool"]:>9.2f}{t["tokens"]:>8.2f}  '
+          f'{t["instead"]:<14}{dev_cols}')
+  print('decision: the target tool is the most likely first command token; p(tool): its '
+        'mean probability; tokens: command tokens predicted right (teacher-forced)')
+  if args.out:
+    bench_common.write_figures(args.out, figures)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main())
