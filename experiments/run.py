@@ -79,6 +79,9 @@ _WORKDIR = flags.DEFINE_string(
 _DRY_RUN = flags.DEFINE_bool(
     'dry_run', False, 'Print the resolved config and the phases that would run, then '
     'exit without training.')
+# The multi-host flags (experiments/cli/processes.py) are listed by --help, not only by
+# --helpfull.
+flags.adopt_module_key_flags(processes)
 
 
 def _runner_sft(config: ml_collections.ConfigDict, workdir: str) -> Any:

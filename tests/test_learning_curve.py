@@ -199,11 +199,19 @@ def test_stand_in_note_follows_the_config():
                     ('verifier.backend', 'openai_compatible')])) == ''
 
 
+def test_seeds_space_or_comma_separated():
+  assert lc.parse_args(['--seeds', '42', '43']).seeds == [42, 43]
+  assert lc.parse_args(['--seeds=42,43,44']).seeds == [42, 43, 44]
+  assert lc.parse_args([]).seeds == list(lc.SEEDS)
+
+
 @pytest.mark.parametrize('argv,message', [
     (['--modes=full,bogus'], "unknown advantage mode 'bogus'"),
     (['--modes=full,full'], 'repeats a mode'),
     (['--dev_episodes', '0'], '--dev_episodes must be >= 1'),
     (['--seeds', '42', '42'], 'repeats a seed'),
+    (['--seeds=42,42'], 'repeats a seed'),
+    (['--seeds=42,x'], '--seeds: expected integers'),
     (['--override', 'rl.nope=1'], 'rl.nope: no such config field'),
     (['--override', 'episodes.num_dev=2'], 'set by this script'),
     (['--override', 'rl.learning_rate=abc'], 'rl.learning_rate'),

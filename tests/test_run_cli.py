@@ -539,8 +539,10 @@ def test_cli_help_prints_usage_and_flags_with_status_0(flag, tmp_path):
   assert res.returncode == 0, res.stderr
   assert res.stdout.startswith('Runs one phase of the VerMem curriculum')
   assert '--[no]dry_run:' in res.stdout and '--workdir:' in res.stdout
-  # --helpfull lists the flags of every module (the multi-host ones too).
-  assert ('--coordinator_address:' in res.stdout) == (flag == '--helpfull')
+  # The multi-host flags the docstring names are listed by every form; --helpfull adds
+  # every module's flags (absl's logging ones among them).
+  assert '--coordinator_address:' in res.stdout and '--process_id:' in res.stdout
+  assert ('--[no]logtostderr:' in res.stdout) == (flag == '--helpfull')
   assert not os.listdir(tmp_path)
 
 

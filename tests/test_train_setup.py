@@ -125,6 +125,7 @@ def mesh_result():
   return multidevice.run_on_8_devices(_SCRIPT)
 
 
+@pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_sft_step_on_mesh_matches_single_device(mesh_result):
   r = mesh_result['sft']
   assert r['loss'][0] == pytest.approx(r['loss'][1], abs=1e-5)
@@ -133,12 +134,14 @@ def test_sft_step_on_mesh_matches_single_device(mesh_result):
   assert r['params_sharded'] and r['opt_sharded']
 
 
+@pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_optimizer_state_is_sharded_like_the_params(mesh_result):
   assert mesh_result['opt_sharded']
   # embedding [256, 64] as ('tensor', 'fsdp') on 2 x 2: each device holds 128 x 32
   assert mesh_result['opt_embed_shard'] == [128, 32]
 
 
+@pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_grpo_update_on_mesh_matches_single_device(mesh_result):
   r = mesh_result['grpo']
   for key in ('train/loss', 'train/kl', 'train/grad_norm'):
@@ -149,6 +152,7 @@ def test_grpo_update_on_mesh_matches_single_device(mesh_result):
   assert r['params_sharded']
 
 
+@pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_sharded_checkpoint_restores_into_sharded_template(mesh_result):
   r = mesh_result['ckpt']
   assert r['step'] == 1
@@ -156,6 +160,7 @@ def test_sharded_checkpoint_restores_into_sharded_template(mesh_result):
   assert r['params_sharded'] and r['opt_sharded'] and r['params_only_sharded']
 
 
+@pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_sampler_with_sharded_params_matches_single_device(mesh_result):
   assert mesh_result['gen_equal'] and mesh_result['gen2_equal']
   assert mesh_result['gen_lp_diff'] <= 1e-5

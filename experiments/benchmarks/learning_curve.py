@@ -567,7 +567,9 @@ def build_parser() -> argparse.ArgumentParser:
       'what is printed and the run time.')
   parser.add_argument('--workdir', default='/tmp/vermem_learning_curve',
                       help='one seed<k>/ run directory per seed, plus the PNG and JSON')
-  parser.add_argument('--seeds', type=int, nargs='+', default=list(SEEDS))
+  parser.add_argument('--seeds', nargs='+', default=[str(s) for s in SEEDS],
+                      help='seeds, space- or comma-separated (--seeds 42 43 or '
+                      '--seeds=42,43 as experiments/sweep.py)')
   parser.add_argument('--dev_episodes', type=int, default=16,
                       help='internal-dev episodes each RL phase scores at θ_start and '
                       'after every update (default 16)')
@@ -589,6 +591,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
   args = parser.parse_args(argv)
   if not args.workdir.strip():
     parser.error('--workdir is empty')
+  try:
+    args.seeds = [int(x) for a in args.seeds for x in a.split(',') if x.strip()]
+  except ValueError:
+    parser.error(f'--seeds: expected integers, got {" ".join(args.seeds)!r}')
+  if not args.seeds:
+    parser.error('--seeds is empty')
   if len(set(args.seeds)) != len(args.seeds):
     parser.error(f'--seeds repeats a seed: {args.seeds}')
   if args.dev_episodes < 1:

@@ -45,6 +45,7 @@ saving) is train/phase_runner.py's; this module supplies the phase:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -141,12 +142,12 @@ def copy_probe(model_config: QwenConfig, params, rows: pretrain_data.RowMaker, n
      predicted, 'text_loss': next-token loss on held-out paragraphs (nats/token)}.
   """
   rng = np.random.default_rng(seed)
-  eval_fn = jax.jit(lambda p, t, m: _per_row(model_config, p, t, m))
   out = {}
   for task, key in (('span', 'span_copy_accuracy'), ('cite', 'id_copy_accuracy'),
                     ('text', 'text_loss')):
     tokens, targets = rows.batch(rng, task, 0, probe=True, n=n)
-    hits, count, nll = (np.asarray(x) for x in eval_fn(params, tokens, targets))
+    hits, count, nll = (np.asarray(x) for x in _per_row(model_config, params, tokens,
+                                                        targets))
     if task == 'span':
       out[key] = float(hits.sum() / count.sum())
     elif task == 'cite':
@@ -156,6 +157,9 @@ def copy_probe(model_config: QwenConfig, params, rows: pretrain_data.RowMaker, n
   return out
 
 
+# Compiled once per model config and row shape (a jit made per call compiled again at
+# every probe).
+@functools.partial(jax.jit, static_argnums=0)
 def _per_row(model_config, params, tokens, targets):
   logits = qwen.Qwen(model_config).apply({'params': params}, tokens[:, :-1])
   labels, w = tokens[:, 1:], targets[:, 1:]
