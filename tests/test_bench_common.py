@@ -1,5 +1,7 @@
 """Tests for experiments/benchmarks/bench_common.py: the CPU description printed next
 to every speed ratio (model name and the bf16 flags)."""
+import argparse
+
 import pytest
 
 import benchmark_scripts
@@ -29,3 +31,16 @@ def test_missing_fields_read_unknown(bench_common):
   assert bench_common.cpu_description('') == 'unknown CPU (bf16 flags unknown)'
   assert (bench_common.cpu_description('model name : X\nflags : sse avx512_bf16\n')
           == 'X (avx512f no, avx512_bf16 yes, amx_bf16 no)')
+
+
+def test_out_flag_refuses_a_path_it_cannot_write_when_parsing(bench_common, tmp_path,
+                                                               capsys):
+  parser = bench_common.add_out_flag(argparse.ArgumentParser())
+  assert parser.parse_args([f'--out={tmp_path}/f.json']).out == f'{tmp_path}/f.json'
+  for bad, message in ((f'{tmp_path}/missing/f.json', 'does not exist'),
+                       (str(tmp_path), 'is not a file path')):
+    with pytest.raises(SystemExit) as e:
+      parser.parse_args([f'--out={bad}'])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert 'argument --out:' in err and message in err

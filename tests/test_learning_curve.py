@@ -212,6 +212,7 @@ def test_seeds_space_or_comma_separated():
     (['--seeds', '42', '42'], 'repeats a seed'),
     (['--seeds=42,42'], 'repeats a seed'),
     (['--seeds=42,x'], '--seeds: expected integers'),
+    (['--seeds=-1'], '--seeds must be >= 0'),
     (['--override', 'rl.nope=1'], 'rl.nope: no such config field'),
     (['--override', 'episodes.num_dev=2'], 'set by this script'),
     (['--override', 'rl.learning_rate=abc'], 'rl.learning_rate'),

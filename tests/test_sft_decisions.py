@@ -61,3 +61,14 @@ def test_figures_match_rows_scored_one_by_one(script):
 def test_missing_workdir_is_an_error_with_status_2(script, tmp_path, capsys):
   assert script.main([f'--workdir={tmp_path}']) == 2
   assert f'--workdir={tmp_path}' in capsys.readouterr().err
+
+
+def test_sft_folder_itself_gets_a_hint(script, tmp_path, capsys):
+  (tmp_path / 'sft').mkdir()
+  assert script.main([f'--workdir={tmp_path / "sft"}']) == 2
+  assert 'pass the run directory that holds sft/' in capsys.readouterr().err
+
+
+def test_unknown_override_is_an_error_with_status_2(script, tmp_path, capsys):
+  assert script.main([f'--workdir={tmp_path}', '--override', 'model.bogus=1']) == 2
+  assert 'model.bogus: no such config field' in capsys.readouterr().err

@@ -6,6 +6,7 @@ sys.path and they import this module as `bench_common`.
 
 import argparse
 import logging
+import os
 import time
 
 
@@ -29,9 +30,23 @@ def quiet_bm25s():
   logging.getLogger('bm25s').setLevel(logging.WARNING)
 
 
+def out_path(text):
+  """The `--out` value, checked before any work: a file path in an existing, writable
+  folder (argparse reports the ArgumentTypeError and exits with status 2)."""
+  folder = os.path.dirname(os.path.abspath(text))
+  if not text or os.path.isdir(text):
+    raise argparse.ArgumentTypeError(f'{text!r} is not a file path')
+  if not os.path.isdir(folder):
+    raise argparse.ArgumentTypeError(f'folder {folder} does not exist')
+  if not os.access(folder, os.W_OK):
+    raise argparse.ArgumentTypeError(f'folder {folder} is not writable')
+  return text
+
+
 def add_out_flag(parser):
-  """Adds `--out=FILE.json` (every benchmark writes its figures there when given)."""
-  parser.add_argument('--out', default=None,
+  """Adds `--out=FILE.json` (every benchmark writes its figures there when given; a
+  path that cannot be written is refused when the flags are parsed)."""
+  parser.add_argument('--out', default=None, type=out_path,
                       help='write the figures as JSON to this file')
   return parser
 
@@ -42,7 +57,6 @@ def write_figures(path, figures):
   if not path:
     return
   import json  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
   import sys  # pylint: disable=import-outside-toplevel
   record = {'figures': figures, 'argv': sys.argv,
             'unix_time': time.time(), 'load_average': os.getloadavg()}

@@ -56,8 +56,9 @@ A workdir holding finished seeds is reused (complete phases are not retrained; t
 internal-dev figures are read from their metrics.jsonl, so `--dev_episodes` must match
 the run that made them). Delete it to rerun.
 
-Run time. The default (3 seeds) is not measured yet: when this was written the shared
-2-core machine ran at a load average of ~7.5. What was measured there: the end-to-end
+Run time. The default with `--modes=full,no_verify` (3 seeds) took 34 min at 1182245
+on the shared 2-core machine at a load average of ~3.5 (README, Quick start). Earlier,
+at a load average of ~7.5: the end-to-end
 test (tests/test_learning_curve.py; one seed, tests/test_curriculum_e2e.py's tiny
 sizes, 2 dev episodes, one update per phase, `--modes=full,no_verify`) took 17.5 min
 wall with ~10-20% of a core, almost all of it XLA compilation; each greedy pass over the
@@ -597,6 +598,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.error(f'--seeds: expected integers, got {" ".join(args.seeds)!r}')
   if not args.seeds:
     parser.error('--seeds is empty')
+  if min(args.seeds) < 0:
+    parser.error(f'--seeds must be >= 0, got {args.seeds}')
   if len(set(args.seeds)) != len(args.seeds):
     parser.error(f'--seeds repeats a seed: {args.seeds}')
   if args.dev_episodes < 1:

@@ -1,24 +1,31 @@
 r"""Does SFT learn the decisions, or only the text? Teacher-forced tool choice per class.
 
     python experiments/benchmarks/sft_decisions.py --workdir=workdir          # after make run
-    python experiments/benchmarks/sft_decisions.py --workdir=runs/s43 --seed=43
+    python experiments/benchmarks/sft_decisions.py --workdir=runs/l4 \
+        --override model.hf_checkpoint=None model.num_hidden_layers=4      # the run's settings
 
-Loads the SFT checkpoint of `--workdir/sft` (the step Phase A starts from), rebuilds the
-SFT set of the tiny config with `--seed` (the same seeded records the run trained and
-scored on) and feeds every train and dev record teacher-forced: prompt x_i, then the
-target command u*_i. Per target class it prints, for the train and the dev records:
+Loads the SFT checkpoint of `<workdir>/sft` (the step Phase A starts from), rebuilds the
+SFT set of the tiny config (seeded by `episodes.seed`, not by the run's seed: every run
+of the tiny config trains and scores on the same records) and feeds every train and
+dev record teacher-forced: prompt x_i, then the target command u*_i. A run made with
+other model settings needs the same `--override`s (a checkpoint whose parameters do not
+fit the config's model is refused). Per target class it prints, for the train and the
+dev records:
 
   decision   share of records whose most likely first command token is the target's
-             (every tool name, and ∅, is one token of the packaged tokenizer: the
-             first command token is the tool choice);
+             (each tool name with its opening parenthesis, e.g. `Add(`, and ∅ is one
+             token of the packaged tokenizer, so the first command token is the tool
+             choice);
   p(tool)    mean probability of the target's tool token;
-  instead    the first token most often predicted when it is wrong;
-  tokens     share of the command's tokens predicted right (teacher-forced).
+  tokens     share of the command's tokens predicted right (teacher-forced);
+  instead    (train) the first token most often predicted when it is wrong; blank when
+             it is never wrong.
 
 A class whose train decision share is low while its token share is high has the
 command text learnt but not when to use it: more epochs on the same records do not
 help there, since the records are already fitted token by token. The dev `decision`
-share is the teacher-forced counterpart of the SFT summary's greedy tool accuracy.
+share bounds the SFT summary's greedy tool accuracy from above: a greedy command that
+starts with the right tool can still fail to parse, and then counts as unparseable.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bench_common  # noqa: E402
-from experiments.configs import common  # noqa: E402
+import learning_curve  # noqa: E402
 from vermem_jax.envs import episodes  # noqa: E402
 from vermem_jax.envs.sft_data import build as sft_build  # noqa: E402
 from vermem_jax.memory import commands as cmds  # noqa: E402
@@ -106,22 +113,34 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', default='workdir',
                       help='a run directory holding sft/ (make run writes workdir/)')
-  parser.add_argument('--seed', type=int, default=None,
-                      help="the SFT run's config seed (default: the config's, 42)")
+  parser.add_argument('--override', type=learning_curve.parse_override, nargs='+',
+                      action='extend', default=[], metavar='SECTION.FIELD=VALUE',
+                      help="the run's config overrides, e.g. model.num_hidden_layers=4")
   bench_common.add_out_flag(parser)
   args = parser.parse_args(argv)
-  config = common.get_config('sft')
-  if args.seed is not None:
-    config.seed = args.seed
   directory = os.path.join(args.workdir, 'sft')
   try:
+    config = learning_curve.phase_config('sft', 42, args.override)
     run = run_setup.RunSetup.from_config(config)
     tok = setup.load_tokenizer_for(config)
-    params, step = checkpoints.restore_params_only(directory)
-  except (OSError, ValueError, checkpoints.CheckpointError) as e:
-    print(f'error: --workdir={args.workdir}: {e}', file=sys.stderr)
+  except ValueError as e:
+    print(f'error: {e}', file=sys.stderr)
     return 2
   model_config = run.model.config
+  shapes = jax.eval_shape(lambda: qwen.init_params(model_config, jax.random.PRNGKey(0)))
+  try:
+    if not os.path.isdir(directory):
+      hint = (' (pass the run directory that holds sft/, not sft/ itself)'
+              if os.path.basename(os.path.normpath(args.workdir)) == 'sft' else '')
+      raise FileNotFoundError(f'no SFT run in {directory}{hint}')
+    params, step = checkpoints.restore_params_only(directory, shapes)
+  except OSError as e:
+    print(f'error: --workdir={args.workdir}: {e}', file=sys.stderr)
+    return 2
+  except (ValueError, checkpoints.CheckpointError) as e:
+    print(f'error: --workdir={args.workdir}: {e} (a run of other model settings needs '
+          'the same --override)', file=sys.stderr)
+    return 2
   construction, dev_pool = episodes.load_pools(run.data)
   train, dev, _ = sft_build.build_sft_set(construction, dev_pool,
                                           count_tokens=tok.count_tokens,
@@ -132,21 +151,25 @@ def main(argv=None) -> int:
   for split, records in (('train', train), ('dev', dev)):
     examples, _ = sft_examples.tokenize_records(records, tok, **limits)
     figures[split] = decision_figures(model_config, params, examples, tok)
-  print(f'SFT decisions, teacher-forced: {directory} step {step}, seed {config.seed}; '
-        f'{sum(f["n"] for f in figures["train"].values())} train / '
-        f'{sum(f["n"] for f in figures["dev"].values())} dev records')
-  print(f'{"class":<14}{"train: decision":>16}{"p(tool)":>9}{"tokens":>8}  '
-        f'{"instead":<14}{"dev: decision":>14}{"tokens":>8}')
+  print(f'SFT decisions, teacher-forced: {directory} step {step}; records per class '
+        f'(train / dev) in the last column')
+  print(f'{"":<14}{"---------- train records ----------":>42}  '
+        f'{"-- dev records --":>22}')
+  print(f'{"class":<14}{"decision":>9}{"p(tool)":>9}{"tokens":>8}  {"instead":<14}'
+        f'{"decision":>14}{"tokens":>8}{"n":>10}')
   for op in cmds.ALL_OPS:
     if op not in figures['train']:
       continue
     t, d = figures['train'][op], figures['dev'].get(op)
     name = cmds.NULL_SYMBOL if op == cmds.NULL else op
     dev_cols = (f'{d["decision"]:>14.2f}{d["tokens"]:>8.2f}' if d else f'{"-":>14}{"-":>8}')
-    print(f'{name:<14}{t["decision"]:>16.2f}{t["p_tool"]:>9.2f}{t["tokens"]:>8.2f}  '
-          f'{t["instead"]:<14}{dev_cols}')
-  print('decision: the target tool is the most likely first command token; p(tool): its '
-        'mean probability; tokens: command tokens predicted right (teacher-forced)')
+    counts = f'{t["n"]} / {d["n"] if d else 0}'
+    print(f'{name:<14}{t["decision"]:>9.2f}{t["p_tool"]:>9.2f}{t["tokens"]:>8.2f}  '
+          f'{t["instead"]:<14}{dev_cols}{counts:>10}')
+  print('decision: share whose most likely first command token is the target tool; '
+        'p(tool): its mean probability; tokens: command tokens predicted right; '
+        'instead: the commonest wrong first token (blank: never wrong); all '
+        'teacher-forced (the docstring has more)')
   if args.out:
     bench_common.write_figures(args.out, figures)
   return 0

@@ -37,8 +37,8 @@ _LOCAL_DEVICE_IDS = flags.DEFINE_list(
     'this process drives (default: all, or one per process under SLURM / Open MPI on '
     'GPUs).')
 _DISTRIBUTED = flags.DEFINE_enum(
-    'distributed', 'auto', ['auto', 'off'], 'auto: join a multi-process job when the '
-    'flags above are set or JAX detects a TPU pod slice / SLURM / Open MPI job with '
+    'distributed', 'auto', ['auto', 'off'], 'auto: join a multi-process job when '
+    '--coordinator_address / --num_processes / --process_id are set or JAX detects a TPU pod slice / SLURM / Open MPI job with '
     'more than one process; off: always a single process.')
 _TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout_s', 300, 'Seconds to wait for every process to join.')
