@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import pathlib
 import sys
@@ -58,6 +59,12 @@ from vermem_jax.train import sft_examples  # noqa: E402
 _BATCH = 8
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _logits(model_config, params, tokens):
+  """[B, T, V] float32 logits; compiled once per config and shape for both splits."""
+  return qwen.Qwen(model_config).apply({'params': params}, tokens).astype(jnp.float32)
+
+
 def decision_figures(model_config, params, examples, tokenizer,
                      batch_size: int = _BATCH) -> dict[str, dict[str, float | str]]:
   """Teacher-forced figures per target class (module docstring).
@@ -72,7 +79,6 @@ def decision_figures(model_config, params, examples, tokenizer,
     {op: {'n', 'decision', 'p_tool', 'tokens' (floats in [0, 1] but 'n'),
           'instead' (decoded token, '' when every decision is right)}}.
   """
-  forward = jax.jit(lambda p, t: qwen.Qwen(model_config).apply({'params': p}, t))
   hits, probs, tok_acc, counts = (collections.defaultdict(float) for _ in range(4))
   wrong = collections.defaultdict(collections.Counter)
   pad = tokenizer.pad_token_id
@@ -85,7 +91,7 @@ def decision_figures(model_config, params, examples, tokenizer,
     for j, e in enumerate(batch):
       seq = e.prompt_tokens + e.command_tokens
       rows[j, :len(seq)] = seq
-    logits = np.asarray(forward(params, jnp.asarray(rows)).astype(jnp.float32))
+    logits = np.asarray(_logits(model_config, params, jnp.asarray(rows)))
     for j, e in enumerate(batch):
       first, n = len(e.prompt_tokens) - 1, len(e.command_tokens)
       step = logits[j, first:first + n]  # step[k] predicts command token k
@@ -145,8 +151,9 @@ def main(argv=None) -> int:
   train, dev, _ = sft_build.build_sft_set(construction, dev_pool,
                                           count_tokens=tok.count_tokens,
                                           config=run.sft.data, verbose=False)
-  limits = dict(max_sequence_tokens=run.batching.length_buckets[-1],
-                max_command_tokens=run.sampling.max_command_tokens)
+  limits = sft_examples.learner_limits(run.batching.length_buckets,
+                                       run.batching.command_buckets,
+                                       run.sampling.max_command_tokens)
   figures = {}
   for split, records in (('train', train), ('dev', dev)):
     examples, _ = sft_examples.tokenize_records(records, tok, **limits)

@@ -38,8 +38,9 @@ _LOCAL_DEVICE_IDS = flags.DEFINE_list(
     'GPUs).')
 _DISTRIBUTED = flags.DEFINE_enum(
     'distributed', 'auto', ['auto', 'off'], 'auto: join a multi-process job when '
-    '--coordinator_address / --num_processes / --process_id are set or JAX detects a TPU pod slice / SLURM / Open MPI job with '
-    'more than one process; off: always a single process.')
+    '--coordinator_address / --num_processes / --process_id are set or JAX detects a '
+    'TPU pod slice / SLURM / Open MPI job with more than one process; off: always a '
+    'single process.')
 _TIMEOUT = flags.DEFINE_integer(
     'distributed_timeout_s', 300, 'Seconds to wait for every process to join.')
 _PATHWAYS = flags.DEFINE_bool(

@@ -161,14 +161,15 @@ def _build_data(run: run_setup.RunSetup, tok: Any, directory: str,
     print(f'SFT set (also in {os.path.join(directory, COUNTS_FILE)}):\n{table}',
           flush=True)
   bcfg = run.batching
-  max_cmd = min(bcfg.command_buckets[-1], run.sampling.max_command_tokens)
-  limits = dict(max_sequence_tokens=bcfg.length_buckets[-1], max_command_tokens=max_cmd)
+  limits = sft_examples.learner_limits(bcfg.length_buckets, bcfg.command_buckets,
+                                       run.sampling.max_command_tokens)
   train, drop_train = sft_examples.tokenize_records(train_records, tok, **limits)
   dev, drop_dev = sft_examples.tokenize_records(dev_records, tok, **limits)
   if any(drop_train.values()) or any(drop_dev.values()):
     logging.warning('SFT records dropped (longer than the learner shapes: command <= %d '
                     'tokens incl. end of turn, sequence <= %d tokens): train %s, dev %s',
-                    max_cmd, limits['max_sequence_tokens'], drop_train, drop_dev)
+                    limits['max_command_tokens'], limits['max_sequence_tokens'], drop_train,
+                    drop_dev)
   if not train:
     raise ValueError('no SFT train record fits config.sampling.max_command_tokens / '
                      'config.batching.length_buckets')

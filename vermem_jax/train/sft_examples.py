@@ -61,6 +61,15 @@ class SFTExample:
                                    (0.0,) * len(self.command_tokens), 1.0)
 
 
+def learner_limits(length_buckets: Sequence[int], command_buckets: Sequence[int],
+                   max_command_tokens: int) -> dict[str, int]:
+  """The `tokenize_records` limits of the learner shapes: the largest length bucket,
+  and the smaller of the largest command bucket and `sampling.max_command_tokens`
+  (tokens)."""
+  return dict(max_sequence_tokens=int(length_buckets[-1]),
+              max_command_tokens=min(int(command_buckets[-1]), int(max_command_tokens)))
+
+
 def tokenize_records(records: Sequence[sft_records.SFTRecord],
                      tokenizer: tokenization.Tokenizer, *, max_sequence_tokens: int,
                      max_command_tokens: int) -> tuple[list[SFTExample], dict[str, int]]:
