@@ -125,10 +125,16 @@ def test_keeps_newest_n_and_best(tmp_path):
     # Step 2 and 4 tie on accuracy; 2 has the lower invalid rate (SPEC §4).
     assert mgr.best_step() == 2
     assert mgr.all_steps() == [2, 5, 6]
+  # Step 2 is kept as the best step, for its parameters: its optimizer state is gone.
+  assert [os.path.isdir(d / str(s) / 'train') for s in (2, 5, 6)] == [False, True, True]
   with ck.PhaseCheckpointManager(d, max_to_keep=2) as mgr:  # reopened: best re-read
     assert mgr.best_step() == 2
-    assert mgr.restore_best(_template()).step == 2
     assert mgr.restore(_template()).step == 6
+    with pytest.raises(checkpoint_values.CheckpointError, match='parameters only'):
+      mgr.restore(_template(), step=2)
+    no_opt = dataclasses.replace(_template(), opt_state=None, rng=None)
+    with pytest.raises(checkpoint_values.CheckpointError, match='parameters only'):
+      mgr.restore(no_opt, step=2)  # its meta still says it had them
   params, step = ck.restore_params_only(str(d))
   assert step == 2
   _assert_tree_equal(params, _params(2))

@@ -34,7 +34,12 @@ Guarantees:
 - Retention: the newest `max_to_keep` steps, plus the best step by `selection_metrics`
   (SFT: dev tool accuracy, ties broken by a lower invalid rate, SPEC §4, a full tie on
   both going to the later step; RL phases: the internal-dev score, paper C.8, ties to
-  the lower dev invalid rate, then to the later step).
+  the lower dev invalid rate, then to the later step). A best step that is no longer
+  among the newest `max_to_keep` keeps its `params` and `meta` only: its `train` item
+  (optimizer state and key, twice the parameters under AdamW) is removed after the next
+  save commits, because it is read as parameters only (`restore_params_only`: the next
+  phase's start and π_ref, evaluation) while resuming starts from the newest step.
+  Restoring such a step with an optimizer-state template raises CheckpointError.
 
 Silent bit flips inside array files are not detected (no checksums); truncated, missing
 or unparsable files are.
@@ -143,6 +148,7 @@ class PhaseCheckpointManager:
     self._best: tuple[Any, int] | None = None
     self._pending: int | None = None  # step being written in the background
     self._async = bool(async_save)
+    self._max_to_keep = max_to_keep
     options = ocp.CheckpointManagerOptions(
         create=True,
         enable_async_checkpointing=bool(async_save),
@@ -171,6 +177,24 @@ class PhaseCheckpointManager:
     if step not in self._manager.all_steps():
       raise CheckpointError(f'Orbax did not save step {step} in {self.directory}')
     logging.info('saved checkpoint step %d in %s', step, self.directory)
+    self._prune_superseded()
+
+  def _prune_superseded(self) -> None:
+    """Removes the `train` item of kept steps older than the newest `max_to_keep`
+    (module docstring, Retention): they are kept as the best step, for their params."""
+    steps = sorted(self._manager.all_steps())
+    if len(steps) <= self._max_to_keep:
+      return
+    if distributed.is_primary():  # one process removes; the others wait
+      for s in steps[:-self._max_to_keep]:
+        if os.path.isdir(self._train_dir(s)):
+          shutil.rmtree(self._train_dir(s))
+          logging.info('checkpoint step %d in %s: kept as the best step, parameters '
+                       'only (optimizer state removed)', s, self.directory)
+    distributed.barrier(f'prune {self.directory} {steps[-1]}')
+
+  def _train_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step), 'train')
 
   def all_steps(self) -> list[int]:
     """Committed step numbers, ascending (temporary, half-written saves excluded)."""
@@ -296,6 +320,11 @@ class PhaseCheckpointManager:
     restored = self._manager.restore(step, args=ocp.args.Composite(params=params_args))
     train = {}
     if meta.get('has_opt_state') or meta.get('has_rng'):
+      if not os.path.isdir(self._train_dir(step)):
+        raise CheckpointError(
+            f'step {step} holds parameters only: its optimizer state and key are not '
+            'on disk (a best step older than the newest checkpoint.max_to_keep is '
+            'pruned to its parameters; restore_params_only reads it)')
       train_template = None
       if template is not None:
         train_template = {}
@@ -379,14 +408,6 @@ class PhaseCheckpointManager:
                         len(errors))
       return state
     raise checkpoint_values.no_restorable_error(self.directory, errors)
-
-  def restore_best(self, template: TrainState | None = None) -> TrainState | None:
-    """The best checkpoint (selection metrics), else the newest; with fallback."""
-    steps = sorted(self.all_steps(), reverse=True)
-    best = self.best_step()
-    if best is not None:
-      steps = [best] + [s for s in steps if s != best]
-    return self._restore_first(steps, template)
 
   def close(self) -> None:
     """Waits for a background save (raising CheckpointError if it failed), then closes."""

@@ -386,32 +386,9 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
         num_processes=distributed.process_count()))
     distributed.check_same(f'{phase} train episodes', distributed.digest(
         [spec.episode_id for spec in setup.train_specs]))
-    if restored is None:
-      params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable: sharing is safe
-      dev_start = _dev_row('start', internal_dev_figures(
-          setup, params, run.rl.internal_dev_episodes, mesh))
-      opt_state = setup_lib.init_opt_state(init_opt, params, mesh)
-      # Once (verifier calls), then the same statistics on every process.
-      running, used = distributed.on_primary(lambda: rl_setup.init_running_stats(setup))
-      logging.info('%s: running statistics initialized from dev transitions %s', phase,
-                   used)
-      reference['initial_params_sha256'] = rl_resume.params_fingerprint(params)
-      reference['running_stats_init_counts'] = used
-      if primary:
-        rl_resume.write_reference(directory, reference)
-    else:
-      params, opt_state = restored.params, restored.opt_state
-      expected = rl_resume.data_position(restored.step, setup, run.seed)
-      if restored.data_position != expected:
-        raise ValueError(f'{directory}: checkpoint step {restored.step} has data '
-                         f'position {restored.data_position}, expected {expected} '
-                         '(different episodes); use a fresh --workdir')
-      running = running_stats.RunningStats.from_dict(restored.running_stats)
-      dev_start = dict(md.get('internal_dev_start') or {})
-      if primary and rl_resume.read_reference(directory) is None:
-        rl_resume.write_reference(directory, reference)
-      logging.info('%s resumes from update %d of %d in %s', phase, restored.step, total,
-                   directory)
+    params, opt_state, running, dev_start = _start_state(
+        run, setup, restored, runner.metadata, ref_params=ref_params,
+        reference=reference, init_opt=init_opt, mesh=mesh, directory=directory)
     loop = _RLPhase(runner, setup, mesh=mesh, params=params, ref_params=ref_params,
                     opt_state=opt_state, running=running, reference=reference,
                     fingerprint=fingerprint, dev_start=dev_start)
@@ -428,6 +405,52 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   out['selected_step'] = selected
   out['wall_time_s'] = time.time() - t_start
   return out
+
+
+def _start_state(run: run_setup.RunSetup, setup: rl_setup.PhaseSetup,
+                 restored: checkpoints.TrainState | None, metadata: Mapping[str, Any], *,
+                 ref_params: Any, reference: dict[str, Any], init_opt: Any, mesh: Any,
+                 directory: str) -> tuple[Any, Any, running_stats.RunningStats,
+                                          dict[str, float]]:
+  """The state update 1 (fresh) or update `restored.step + 1` (resumed) starts from.
+
+  Fresh: θ_0 = π_ref's parameters (SPEC §4), a new AdamW state, running statistics
+  from internal-dev transitions (App. F.4) and the internal-dev figures at θ_0; the
+  reference record is written. Resumed: the checkpoint's θ, optimizer state and running
+  statistics, after checking its data position.
+
+  Returns:
+    (params, opt_state, running statistics, internal-dev row at the phase start).
+  Raises:
+    ValueError: the restored checkpoint's data position is not this config's.
+  """
+  phase, primary = run.phase, distributed.is_primary()
+  if restored is None:
+    params = ref_params  # θ_0 = θ_prev (SPEC §4); arrays are immutable: sharing is safe
+    dev_start = _dev_row('start', internal_dev_figures(
+        setup, params, run.rl.internal_dev_episodes, mesh))
+    opt_state = setup_lib.init_opt_state(init_opt, params, mesh)
+    # Once (verifier calls), then the same statistics on every process.
+    running, used = distributed.on_primary(lambda: rl_setup.init_running_stats(setup))
+    logging.info('%s: running statistics initialized from dev transitions %s', phase,
+                 used)
+    reference['initial_params_sha256'] = rl_resume.params_fingerprint(params)
+    reference['running_stats_init_counts'] = used
+    if primary:
+      rl_resume.write_reference(directory, reference)
+    return params, opt_state, running, dev_start
+  expected = rl_resume.data_position(restored.step, setup, run.seed)
+  if restored.data_position != expected:
+    raise ValueError(f'{directory}: checkpoint step {restored.step} has data '
+                     f'position {restored.data_position}, expected {expected} '
+                     '(different episodes); use a fresh --workdir')
+  running = running_stats.RunningStats.from_dict(restored.running_stats)
+  dev_start = dict(metadata.get('internal_dev_start') or {})
+  if primary and rl_resume.read_reference(directory) is None:
+    rl_resume.write_reference(directory, reference)
+  logging.info('%s resumes from update %d of %d in %s', phase, restored.step,
+               run.rl.num_updates, directory)
+  return restored.params, restored.opt_state, running, dev_start
 
 
 def _reference(phase: str, prev: str, prev_dir: str, param_shapes: Any,
