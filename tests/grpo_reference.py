@@ -27,7 +27,8 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
                           kl_beta: float = DEFAULT_KL_BETA,
                           kl_estimator: str = 'exact',
                           temperature: float = 1.0,
-                          max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+                          max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
+                          reduction: str = 'decision'):
   """Summed token-level clipped GRPO loss over decisions (paper Eq. 10-11, App. F.6).
 
   Pure and jittable (the keyword arguments are Python constants).
@@ -37,7 +38,7 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
       dtype; computed in float32).
     ref_logits: [B, L, V] reference-policy logits at the same positions (treated as
       constants), or None when kl_beta == 0.
-    batch, clip_epsilon, kl_beta, kl_estimator, max_log_ratio: as in
+    batch, clip_epsilon, kl_beta, kl_estimator, max_log_ratio, reduction: as in
       `grpo.grpo_loss_from_token_stats`.
     temperature: T of the policy, reference and old log-probabilities.
 
@@ -60,7 +61,7 @@ def grpo_loss_from_logits(logits: jax.Array, ref_logits: Optional[jax.Array],
       kl_estimator=None if ref_logits is None else kl_estimator)
   return grpo.grpo_loss_from_token_stats(stats, batch, clip_epsilon=clip_epsilon,
                                     kl_beta=kl_beta, kl_estimator=kl_estimator,
-                                    max_log_ratio=max_log_ratio)
+                                    max_log_ratio=max_log_ratio, reduction=reduction)
 
 
 def command_nll_from_logits(logits: jax.Array, batch: Mapping[str, jax.Array], *,

@@ -511,6 +511,27 @@ def test_old_logprobs_field():
   assert rl_resume.trajectory_fingerprint(run)['old_logprobs'] == 'sampler'
 
 
+def test_loss_reduction_field():
+  from vermem_jax.rl import grpo  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import rl_resume  # pylint: disable=g-import-not-at-top
+  for phase in ('phase_a', 'phase_b', 'phase_c'):
+    assert _paper(phase).rl.loss_reduction == 'decision'  # Eq. 11
+  assert validation.GRPO_REDUCTIONS == grpo.GRPO_REDUCTIONS
+  eq11 = run_setup.RunSetup.from_config(
+      _parse_flags('phase_b.py', '--config.rl.loss_reduction=decision'))
+  assert eq11.rl.loss.reduction == 'decision'
+  # Eq. 11's value leaves the fingerprint as runs stored before the field wrote it.
+  assert 'loss_reduction' not in rl_resume.trajectory_fingerprint(eq11)
+  c = _parse_flags('phase_b.py', '--config.rl.loss_reduction=sqrt')
+  validation.validate_config(c)
+  run = run_setup.RunSetup.from_config(c)
+  assert run.rl.loss.reduction == 'sqrt'
+  assert rl_resume.trajectory_fingerprint(run)['loss_reduction'] == 'sqrt'
+  c = _parse_flags('phase_b.py', '--config.rl.loss_reduction=tokens')
+  with pytest.raises(ValueError, match='rl.loss_reduction'):
+    validation.validate_config(c)
+
+
 def test_model_config_is_the_trainers():
   from vermem_jax.train import setup  # pylint: disable=g-import-not-at-top
   c = common.get_config('phase_b')

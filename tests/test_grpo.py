@@ -21,8 +21,11 @@ def _log_softmax(x):
   return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
-def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0):
-  """Float64 loop over decisions, grouped by (row, id); returns (sum, n, token stats)."""
+def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0,
+              reduction='decision'):
+  """Float64 loop over decisions, grouped by (row, id); returns (sum, n, token stats).
+  A decision's token losses are averaged ('decision', Eq. 11), summed and divided by
+  √L ('sqrt') or summed ('sequence')."""
   lp = _log_softmax(np.asarray(logits, np.float64) / temp)
   lpr = _log_softmax(np.asarray(ref_logits, np.float64) / temp)
   cid = np.asarray(b['command_ids'])
@@ -53,7 +56,8 @@ def _ref_loss(logits, ref_logits, b, eps, beta, est, temp, max_log_ratio=20.0):
       stats['approx_kl'].append(ratio - 1 - np.log(ratio))
       stats['ent'].append(float(-np.sum(p * lp[r, j])))
       stats['gap'].append(logp - b['old_logprobs'][r, j])
-  total = sum(np.mean(v) for v in decisions.values())
+  norm = {'decision': len, 'sqrt': lambda v: np.sqrt(len(v)), 'sequence': lambda v: 1}
+  total = sum(np.sum(v) / norm[reduction](v) for v in decisions.values())
   return total, len(decisions), {k: np.array(v) for k, v in stats.items()}
 
 
@@ -101,6 +105,42 @@ def test_loss_matches_numpy_reference(est):
     assert 0 < st['clip'].mean() < 1  # the case exercises both branches
     assert fin['clip_active_fraction'] == pytest.approx(st['active'].mean())
     np.testing.assert_allclose(fin['approx_kl'], st['approx_kl'].mean(), rtol=RTOL)
+
+
+@pytest.mark.parametrize('reduction', ['sqrt', 'sequence'])
+def test_other_reductions_match_numpy_reference(reduction):
+  for seed in range(2):
+    logits, ref_logits, batch = _random_case(seed)
+    loss, n, m = jax.jit(functools.partial(
+        grpo_reference.grpo_loss_from_logits, clip_epsilon=0.2, kl_beta=0.1,
+        kl_estimator='exact', temperature=0.7, reduction=reduction))(
+            logits, ref_logits, batch)
+    ref, ref_n, _ = _ref_loss(logits, ref_logits, batch, 0.2, 0.1, 'exact', 0.7,
+                              reduction=reduction)
+    assert float(n) == ref_n == 3
+    np.testing.assert_allclose(float(loss), ref, rtol=RTOL)
+    assert float(m['policy_loss'][1]) == 3.0
+
+
+def test_reductions_at_identical_policies_by_hand():
+  """ρ = 1, KL = 0: loss = −Σ_d A_d L_d / norm(L_d); case 5's decisions have L = 3, 2, 2."""
+  logits, _, batch = _random_case(5)
+  batch = dict(batch)
+  batch['old_logprobs'] = np.asarray(grpo_reference.token_logprobs_from_logits(
+      logits, batch['target_ids'], temperature=0.7))
+  a = [float(batch['advantages'][0, 0]), float(batch['advantages'][0, 3]),
+       float(batch['advantages'][1, 0])]
+  want = {'decision': -(a[0] + a[1] + a[2]),
+          'sqrt': -(a[0] * 3 / np.sqrt(3) + a[1] * 2 / np.sqrt(2) + a[2] * 2 / np.sqrt(2)),
+          'sequence': -(3 * a[0] + 2 * a[1] + 2 * a[2])}
+  for reduction, value in want.items():
+    loss, n, _ = grpo_reference.grpo_loss_from_logits(
+        logits, logits, batch, temperature=0.7, reduction=reduction)
+    assert float(n) == 3
+    np.testing.assert_allclose(float(loss), value, rtol=1e-6, atol=1e-6)
+  with pytest.raises(ValueError, match='reduction'):
+    grpo_reference.grpo_loss_from_logits(logits, logits, batch, temperature=0.7,
+                                         reduction='token')
 
 
 def test_decision_segments_are_runs_within_rows():

@@ -7,9 +7,18 @@ For command u_{t,k} with tokens y_{t,k,1:L} and shared advantage A = A^hier_{t,k
   ℓ_j   = min(ρ_j A, clip(ρ_j, 1-ε, 1+ε) A) - β d_j                 (Eq. 11)
   J     = (1/|B_op|) Σ_{decisions} (1/L) Σ_j ℓ_j                    (Eq. 11)
 
-and the loss is -J. Everything is evaluated at the policy temperature (logits / T),
-the log-ratio is clamped to ±max_log_ratio before exp, and d_j is either the exact KL
-over the vocabulary (default) or the k3 estimator on the sampled token.
+and the loss is -J. `reduction` chooses the 1/L: 'decision' is Eq. 11 (each command's
+token mean); 'sqrt' (1/√L) and 'sequence' (1: each command's token sum, as Dr. GRPO,
+Liu et al. 2025, drops GRPO's 1/|o|) are ours, not the paper's. Under 1/L a rejected
+command's tokens are pushed down less the longer it is, and the command's first (tool)
+token gets 1/L of its advantage: in the tiny default's Phase A (issue 22) every Add was
+rejected at A^hier < 0, yet log π of the `Add(` token rose over an update (+0.27 on
+17 rejected Adds of 53 tokens on average, update 3 of seed 42) and the sampled Add
+share went 11% -> 42%.
+
+Everything is evaluated at the policy temperature (logits / T), the log-ratio is
+clamped to ±max_log_ratio before exp, and d_j is either the exact KL over the
+vocabulary (default) or the k3 estimator on the sampled token.
 
 Layout. The loss works on command tokens only, gathered into a fixed [B, L] layout
 (L = a bucketed maximum number of command tokens per row):
@@ -51,6 +60,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from vermem_jax.rl import token_stats
+
+# What divides a command's summed loss, from its token count n (per-command reductions
+# of the GRPO loss and of SFT's NLL; SFT's 'token' divides the step's sum by its
+# command-token count instead). jnp.sqrt is correctly rounded, n ** 0.5 need not be;
+# tiny SFT runs are chaotic in the last bits (seed 42's 480-step dev tool accuracy: 0.58
+# with one, 0.48 with the other), so compare multi-seed figures only (parts/tiny.py).
+_LENGTH_NORM = {'decision': lambda n: n, 'sqrt': jnp.sqrt, 'sequence': None}
+GRPO_REDUCTIONS = tuple(_LENGTH_NORM)
 
 # Keys of the gathered [B, L] loss batch.
 LOSS_BATCH_KEYS = ('target_ids', 'command_ids', 'advantages', 'old_logprobs')
@@ -190,7 +207,8 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
                                clip_epsilon: float = DEFAULT_CLIP_EPSILON,
                                kl_beta: float = DEFAULT_KL_BETA,
                                kl_estimator: str = 'exact',
-                               max_log_ratio: float = DEFAULT_MAX_LOG_RATIO):
+                               max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
+                               reduction: str = 'decision'):
   """Summed token-level clipped GRPO loss over decisions (paper Eq. 10-11, App. F.6)
   from per-token statistics (rl/token_stats.py).
 
@@ -205,6 +223,8 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
     kl_estimator: 'exact' = Σ_v p log(p / p_ref) over the vocabulary; 'k3' =
       exp(Δ) - 1 - Δ with Δ = log p_ref(y) - log p(y) on the sampled token.
     max_log_ratio: clamp of log ρ before exp.
+    reduction: a command's 1/L (module docstring; GRPO_REDUCTIONS): 'decision' (Eq. 11,
+      1/L), 'sqrt' (1/√L) or 'sequence' (1).
 
   Returns:
     (loss_sum, num_decisions, metrics): loss_sum = Σ_decisions (1/L) Σ_j -ℓ_j (float32
@@ -216,6 +236,8 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
     logprob_abs_gap, advantage (token-level) and policy_loss, kl_loss (decision-level).
     Divide loss_sum and its gradient by the update's total num_decisions.
   """
+  if reduction not in GRPO_REDUCTIONS:
+    raise ValueError(f"reduction must be one of {GRPO_REDUCTIONS}, got {reduction!r}")
   logp = stats['logp']
   dt = token_stats.compute_dtype(logp)
   command_ids = batch['command_ids']
@@ -243,7 +265,9 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
     kl = jnp.zeros_like(logp)
 
   token_loss = -(surrogate - kl_beta * kl)
-  loss_sum, num_decisions = _decision_reduce(token_loss, command_ids)
+  length_norm = _LENGTH_NORM[reduction]
+  loss_sum, num_decisions = _decision_reduce(token_loss, command_ids,
+                                             length_norm=length_norm)
 
   outside = (ratio < 1.0 - clip_epsilon) | (ratio > 1.0 + clip_epsilon)
   # The clip acts (the min picks the clipped, constant term: no gradient through ρ)
@@ -266,19 +290,13 @@ def grpo_loss_from_token_stats(stats: Mapping[str, jax.Array],
       'logprob_gap': _masked_sum_count(raw_log_ratio, mask),
       'logprob_abs_gap': _masked_sum_count(jnp.abs(raw_log_ratio), mask),
       'advantage': _masked_sum_count(adv, mask),
-      'policy_loss': _decision_reduce(-surrogate, command_ids),
-      'kl_loss': _decision_reduce(kl_beta * kl, command_ids),
+      'policy_loss': _decision_reduce(-surrogate, command_ids, length_norm=length_norm),
+      'kl_loss': _decision_reduce(kl_beta * kl, command_ids, length_norm=length_norm),
   }
   return loss_sum, num_decisions, metrics
 
 
-NLL_REDUCTIONS = ('token', 'decision', 'sqrt', 'sequence')
-# What divides a command's summed NLL, from its token count n (per-command reductions;
-# 'token' divides the step's sum by its command-token count instead). jnp.sqrt is
-# correctly rounded, n ** 0.5 need not be; tiny SFT runs are chaotic in the last bits
-# (seed 42's 480-step dev tool accuracy: 0.58 with one, 0.48 with the other), so
-# compare multi-seed figures only (parts/tiny.py).
-_LENGTH_NORM = {'decision': lambda n: n, 'sqrt': jnp.sqrt, 'sequence': None}
+NLL_REDUCTIONS = ('token',) + GRPO_REDUCTIONS
 
 
 def command_nll_from_token_stats(stats: Mapping[str, jax.Array],

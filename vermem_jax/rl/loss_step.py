@@ -103,14 +103,15 @@ def command_token_stats(model_config, params, batch: Mapping[str, jax.Array], *,
 
 @functools.partial(jax.jit, static_argnames=(
     'model_config', 'clip_epsilon', 'kl_beta', 'kl_estimator', 'temperature',
-    'old_from_learner', 'max_log_ratio', 'loss_chunk_size'))
+    'old_from_learner', 'max_log_ratio', 'loss_chunk_size', 'reduction'))
 def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
                         clip_epsilon: float = DEFAULT_CLIP_EPSILON,
                         kl_beta: float = DEFAULT_KL_BETA,
                         kl_estimator: str = 'exact', temperature: float = 1.0,
                         old_from_learner: bool = False,
                         max_log_ratio: float = DEFAULT_MAX_LOG_RATIO,
-                        loss_chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE):
+                        loss_chunk_size: Optional[int] = DEFAULT_LOSS_CHUNK_SIZE,
+                        reduction: str = 'decision'):
   """The learner step: summed GRPO loss and gradient of one micro-batch (Eq. 11), jitted.
 
   Policy forward over [B, T] -> hidden states gathered at command_positions ->
@@ -129,7 +130,7 @@ def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
     batch: STEP_BATCH_KEYS (+ optional 'positions'): [B, T] model inputs and the
       [B, L] loss layout (`batching.to_step_batch`; rl/grpo.py module docstring).
     model_config: QwenConfig (static, hashable).
-    clip_epsilon, kl_beta, kl_estimator, max_log_ratio: as in
+    clip_epsilon, kl_beta, kl_estimator, max_log_ratio, reduction: as in
       grpo.grpo_loss_from_token_stats.
     temperature: T of π_θ, π_θold and π_ref (> 0).
     old_from_learner: see above.
@@ -160,7 +161,7 @@ def grpo_loss_and_grads(params, ref_params, batch, *, model_config,
     loss_batch = dict(batch, old_logprobs=logp) if old_from_learner else batch
     loss_sum, num, metrics = grpo_loss_from_token_stats(
         stats, loss_batch, clip_epsilon=clip_epsilon, kl_beta=kl_beta,
-        kl_estimator=kl_estimator, max_log_ratio=max_log_ratio)
+        kl_estimator=kl_estimator, max_log_ratio=max_log_ratio, reduction=reduction)
     return loss_sum, (num, metrics, logp)
 
   (loss_sum, (num, metrics, logp)), grads = jax.value_and_grad(

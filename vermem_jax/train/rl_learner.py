@@ -140,6 +140,8 @@ class LossConfig:
   old_logprobs: str = DEFAULT_OLD_LOGPROBS
   # rl.max_log_ratio: clamp of log ρ before exp (decision: only guards overflow).
   max_log_ratio: float = grpo.DEFAULT_MAX_LOG_RATIO
+  # rl.loss_reduction: a command's 1/L in Eq. 11 ('decision'; rl/grpo.py docstring).
+  reduction: str = 'decision'
 
   def __post_init__(self):
     if self.old_logprobs not in OLD_LOGPROBS_SOURCES:
@@ -149,6 +151,9 @@ class LossConfig:
       raise ValueError(f'rl.loss_temperature must be > 0, got {self.temperature}')
     if not self.max_log_ratio > 0:
       raise ValueError(f'rl.max_log_ratio must be > 0, got {self.max_log_ratio}')
+    if self.reduction not in grpo.GRPO_REDUCTIONS:
+      raise ValueError(f'rl.loss_reduction must be one of {grpo.GRPO_REDUCTIONS}, got '
+                       f'{self.reduction!r}')
 
 
 @dataclasses.dataclass
@@ -293,7 +298,7 @@ def learner_update(params: Any, ref_params: Any, opt_state: Any,
   kw = dict(model_config=model_config, clip_epsilon=loss.clip_epsilon,
             kl_beta=loss.kl_beta, kl_estimator=loss.kl_estimator,
             temperature=loss.temperature, max_log_ratio=loss.max_log_ratio,
-            loss_chunk_size=batching_config.loss_chunk_size)
+            loss_chunk_size=batching_config.loss_chunk_size, reduction=loss.reduction)
   # Learner log π_θold per decision, once known (θ_old fixed for the whole update).
   at_old: list = [None] * n
   t0 = time.perf_counter()

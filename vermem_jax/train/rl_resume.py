@@ -86,6 +86,8 @@ def trajectory_fingerprint(run: run_setup.RunSetup) -> dict[str, Any]:
       'context_budget': int(run.executor.context_budget),
       'rollout_limit': int(run.scenario.rollout_limit),
       'verifier': str(run.verifier.backend), 'solver': run.solver.backend,
+      # Only when not Eq. 11's, so runs stored before the field existed still resume.
+      **({'loss_reduction': loss.reduction} if loss.reduction != 'decision' else {}),
   }
 
 

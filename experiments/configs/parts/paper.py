@@ -247,6 +247,9 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   # decision: clamp of log ρ before exp; only guards overflow (|log ρ| = 20 is far
   # outside any trust region).
   c.rl.max_log_ratio = 20.0
+  # Eq. 11: each command's token mean (1/L), then the mean over decisions. 'sqrt' and
+  # 'sequence' (a command's token sum) are ours (rl/grpo.py docstring).
+  c.rl.loss_reduction = 'decision'
   # decision: SPEC §6 gives lr and grad-norm only; the PyTorch / HF AdamW defaults and
   # a constant rate without warmup ('linear' | 'cosine' | 'constant', train/optim.py).
   c.rl.adam_b1 = 0.9

@@ -27,6 +27,7 @@ PAPER_BENCHMARKS = ('alfworld', 'scienceworld', 'pddl', 'babyai')  # envs.intera
 SELECTION_METRICS = ('r_task', 'em', 'f1', 'sf_recall', 'm_ans')  # = train.rl_selection's
 SUCCESS_RULES = ('auto', 'em', 'judge')  # = eval.metrics.SUCCESS_RULES
 KL_ESTIMATORS = ('exact', 'k3')
+GRPO_REDUCTIONS = ('decision', 'sqrt', 'sequence')  # = rl.grpo.GRPO_REDUCTIONS
 OLD_LOGPROBS_SOURCES = ('learner', 'sampler')  # = train.rl_learner.OLD_LOGPROBS_SOURCES
 TEACHER_BACKENDS = (None, 'openai_compatible')  # = envs.sft_data.config.SFTDataConfig's
 LR_SCHEDULES = ('linear', 'cosine', 'constant')  # = train.optim.LR_SCHEDULES
@@ -181,6 +182,8 @@ def _check_rl(config: ml_collections.ConfigDict) -> None:
   _require(r.loss_temperature is None or r.loss_temperature > 0, 'rl.loss_temperature',
            'must be > 0 (None = sampling.temperature)')
   _require(r.max_log_ratio > 0, 'rl.max_log_ratio', 'must be > 0')
+  _require(r.loss_reduction in GRPO_REDUCTIONS, 'rl.loss_reduction',
+           f'{r.loss_reduction!r} not in {GRPO_REDUCTIONS}')
   if config.phase in curriculum.PHASE_ORDER[1:]:
     # Checked here, not only when the phase starts, so that --dry_run refuses it too.
     _require(r.num_updates >= 1, 'rl.num_updates',
