@@ -129,7 +129,8 @@ def test_every_tiny_deviation_is_named_and_in_the_readme_table(phase):
     assert tiny_c[field] != paper_c[field], field
     assert f'`{field}`' in table, f'{field} is missing from the README table'
   # Fields that change a formula are all named (sizes and rates are free to shrink).
-  formula_fields = {'sft.loss_reduction', 'advantage.mode', 'advantage.std_floor',
+  formula_fields = {'sft.loss_reduction', 'rl.loss_reduction', 'advantage.mode',
+                    'advantage.std_floor',
                     'advantage.local_min_count', 'advantage.rejection_floor',
                     'advantage.lambda_local', 'advantage.lambda_global',
                     'advantage.lambda_constraint', 'advantage.epsilon',
