@@ -56,8 +56,10 @@ A workdir holding finished seeds is reused (complete phases are not retrained; t
 internal-dev figures are read from their metrics.jsonl, so `--dev_episodes` must match
 the run that made them). Delete it to rerun.
 
-Run time. The default with `--modes=full,no_verify` (3 seeds) took 34 min at 1182245
-on the shared 2-core machine at a load average of ~3.5 (README, Quick start). Earlier,
+Run time. The default with `--modes=full,no_verify` (3 seeds) took 522 s at 7a34a5e on
+the 2-core machine at a load average of 2.4, SFT included (about 100 s a seed), and
+244-263 s from finished SFT checkpoints; 34 min at 1182245 at a load average of ~3.5.
+Earlier,
 at a load average of ~7.5: the end-to-end
 test (tests/test_learning_curve.py; one seed, tests/test_curriculum_e2e.py's tiny
 sizes, 2 dev episodes, one update per phase, `--modes=full,no_verify`) took 17.5 min

@@ -33,8 +33,6 @@ DEVIATIONS = {
                                  'of 8',
     'advantage.rejection_floor': "'below_executable': every rejected decision below "
                                  'every executable one of its update (Eq. 5 changed)',
-    'rl.loss_reduction': "'sqrt': each command's summed token loss over the square root "
-                         "of its length, instead of Eq. 11's token mean",
     'verifier.backend': 'the rule-based heuristic verifier stands in for the LLM '
                         'verifiers',
     'solver.backend': 'the oracle-evidence reader stands in for the LLM task solver',
@@ -167,24 +165,27 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   # From the 'sqrt'-loss SFT checkpoints at 3e-4: r^task +0.17 ± 0.12, m^ans
   # +0.17 ± 0.12, rejected rate 0.39 -> 0.23.
   c.rl.learning_rate = 3e-4
-  # Eq. 11's per-command token mean gives a command's tool token 1/L of its advantage
-  # and pushes a long rejected command's tokens down less than a short one's. Seed 42's
-  # Phase A (make run at 3346126): every sampled Add rejected at A^hier < 0, yet over
-  # update 3 log π(`Add(`) rose +0.27 on 17 of them (53 tokens on average), the
-  # sampled Add share went 11% -> 42% and the rejected rate 0.33 -> 0.72. 1/√L, as
-  # SFT's 'sqrt'. learning_curve.py --modes=full,no_verify, seeds 42-44, the same SFT
-  # checkpoints, 'decision' / 'sqrt' / 'sequence' (the token sum):
+  # rl.loss_reduction stays Eq. 11's 'decision' (a command's token mean). That 1/L
+  # gives a command's tool token 1/L of its advantage and pushes a long rejected command
+  # down less per token: in seed 42's Phase A every sampled Add was rejected at
+  # A^hier < 0, yet over update 3 log π(`Add(`) rose +0.27 on 17 of them (53 tokens on
+  # average), the sampled Add share went 11% -> 42% and the rejected rate 0.33 -> 0.72.
+  # learning_curve.py --modes=full,no_verify, seeds 42-44, the same SFT checkpoints,
+  # 'decision' / 'sqrt' / 'sequence' (the token sum, as Dr. GRPO):
   #   internal-dev rejected rate, θ_phase - θ_start, A: -0.08 ± 0.18 / -0.19 ± 0.12 /
   #     -0.24 ± 0.08; B: -0.05 ± 0.10 / -0.04 ± 0.10 / -0.10 ± 0.20;
-  #     C: +0.03 ± 0.10 / -0.13 ± 0.10 / -0.07 ± 0.06 (rises on 3 / 1 / 1 of 9 phases)
+  #     C: +0.03 ± 0.10 / -0.13 ± 0.10 / -0.07 ± 0.06 (rises in 4 / 1 / 1 of 9 phases)
   #   r^task gain A: +0.062 ± 0.088 / +0.062 ± 0.088 / +0.042 ± 0.059;
   #     B: +0.062 ± 0.088 / +0.062 ± 0.088 / +0.021 ± 0.029;
   #     C: +0.125 ± 0.051 / -0.021 ± 0.029 / -0.021 ± 0.029
   #   θ_C - θ_SFT m^ans: +0.042 ± 0.115 / +0.057 ± 0.085 / +0.068 ± 0.083
   #   Table 4 m^ans full - no_verify: +0.146 / +0.042 / -0.062
-  # 'sequence' drifts to ∅ (θ_C 94% ∅) and loses Table 4's ordering; 'sqrt' keeps A's
-  # and B's r^task gains and the ordering, and gives up C's r^task gain.
-  c.rl.loss_reduction = 'sqrt'
+  # and on make run's 32 held-out questions ('decision' / 'sqrt', the same three
+  # seeds' θ_B and θ_C): θ_B supporting-fact recall 20.5 / 15.1 %, SR 7.3 / 2.1 %;
+  # θ_C recall 16.2 / 14.6 %, SR 4.2 / 3.1 %, unparseable decisions per episode
+  # 11.3 / 7.7. 'sqrt' stops the rise of the rejected rate on internal dev but gives up
+  # Phase C's r^task gain and does no better on held-out questions; 'sequence' drifts
+  # to ∅ (θ_C 94% ∅) and loses Table 4's ordering.
   c.rl.eval_every = 1                  # score every update's checkpoint on dev
   c.advantage.running_stats_init_count = 4
   # With 4 gold (teacher) dev transitions per type instead of 128, the running σ is 0
