@@ -521,13 +521,18 @@ def test_loss_reduction_field():
   eq11 = run_setup.RunSetup.from_config(
       _parse_flags('phase_b.py', '--config.rl.loss_reduction=decision'))
   assert eq11.rl.loss.reduction == 'decision'
-  # Eq. 11's value leaves the fingerprint as runs stored before the field wrote it.
-  assert 'loss_reduction' not in rl_resume.trajectory_fingerprint(eq11)
+  # A run stored before the field existed has no key: it resumes under Eq. 11 only.
+  fp = rl_resume.trajectory_fingerprint(eq11)
+  older = {k: v for k, v in fp.items() if k != 'loss_reduction'}
+  rl_resume.check_resume({'fingerprint': older}, fp, '/ckpt')
   c = _parse_flags('phase_b.py', '--config.rl.loss_reduction=sqrt')
   validation.validate_config(c)
   run = run_setup.RunSetup.from_config(c)
   assert run.rl.loss.reduction == 'sqrt'
   assert rl_resume.trajectory_fingerprint(run)['loss_reduction'] == 'sqrt'
+  with pytest.raises(ValueError, match="loss_reduction: 'decision' -> 'sqrt'"):
+    rl_resume.check_resume({'fingerprint': older}, rl_resume.trajectory_fingerprint(run),
+                           '/ckpt')
   c = _parse_flags('phase_b.py', '--config.rl.loss_reduction=tokens')
   with pytest.raises(ValueError, match='rl.loss_reduction'):
     validation.validate_config(c)

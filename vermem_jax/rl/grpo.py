@@ -45,7 +45,8 @@ command positions (rl/token_stats.py) and the losses read per-token statistics
 holds the same losses on full logits (the reference definitions).
 
 Deferred normalization (as Tunix/MaxText do for gradient accumulation): the loss returns
-the SUM over decisions of each decision's token-mean loss and the NUMBER of decisions;
+the SUM over decisions of each decision's reduced loss (its token mean under Eq. 11)
+and the NUMBER of decisions;
 micro-batches and devices add both and divide once per update, so any split of an update
 gives the same loss and gradient. Metrics are (sum, count) pairs (`*_min`/`*_max` are
 (value, count) pairs reduced by min/max) combined with `combine_metrics` and read with

@@ -86,14 +86,22 @@ def trajectory_fingerprint(run: run_setup.RunSetup) -> dict[str, Any]:
       'context_budget': int(run.executor.context_budget),
       'rollout_limit': int(run.scenario.rollout_limit),
       'verifier': str(run.verifier.backend), 'solver': run.solver.backend,
-      # Only when not Eq. 11's, so runs stored before the field existed still resume.
-      **({'loss_reduction': loss.reduction} if loss.reduction != 'decision' else {}),
+      'loss_reduction': loss.reduction,
   }
+
+
+# Fingerprint keys added after runs were stored, with the value those runs had: a
+# stored fingerprint without the key is read with it, so such a run still resumes.
+ADDED_KEYS = {'loss_reduction': 'decision'}
 
 
 def check_resume(metadata: Mapping[str, Any], fingerprint: Mapping[str, Any],
                  directory: str) -> None:
-  """Refuses (ValueError) a checkpoint whose stored fingerprint differs from this one."""
+  """Refuses (ValueError) a checkpoint whose stored fingerprint differs from this one
+  (a key of ADDED_KEYS missing from the stored one reads as its value there)."""
+  old = (metadata or {}).get('fingerprint')
+  if old is not None:
+    metadata = {**metadata, 'fingerprint': {**ADDED_KEYS, **old}}
   setup_lib.check_resume(metadata, fingerprint, directory, what='a run')
 
 

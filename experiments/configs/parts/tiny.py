@@ -147,7 +147,10 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   #                θ_C - θ_SFT m^ans -0.068 ± 0.029; Table 4 full 0.375, no_verify 0.396
   #   4 x (2 x 8): A +0.021 ± 0.029, B +0.083 ± 0.078, C +0.042 ± 0.029;
   #                θ_C - θ_SFT m^ans +0.057 ± 0.128; Table 4 full 0.438, no_verify 0.417
-  # and the dev rejected rate fell in A (-0.28 ± 0.14) and B (-0.13 ± 0.14).
+  # and the dev rejected rate fell in A (-0.28 ± 0.14) and B (-0.13 ± 0.14). Those runs
+  # are from an earlier commit; the same settings at 7a34a5e
+  # (README's learning-curve table): A +0.062 ± 0.088, B +0.062 ± 0.088,
+  # C +0.125 ± 0.051, rejected rate A -0.08 ± 0.18, B -0.05 ± 0.10, C +0.03 ± 0.10.
   c.rl.num_updates = 4 if phase != 'sft' else 0
   c.rl.tasks_per_update = 2
   c.rl.rollouts_per_task = 8
