@@ -315,16 +315,17 @@ class PhaseCheckpointManager:
   # ----------------------------------------------------------------- restore
   def _restore_step(self, step: int, template: TrainState | None) -> TrainState:
     meta = self.read_meta(step)  # waits for a background save
+    has_train = meta.get('has_opt_state') or meta.get('has_rng')
+    if has_train and not os.path.isdir(self._train_dir(step)):
+      raise CheckpointError(
+          f'step {step} holds parameters only: its optimizer state and key are not '
+          'on disk (a best step older than the newest checkpoint.max_to_keep is '
+          'pruned to its parameters; restore_params_only reads it)')
     params_args = ocp.args.StandardRestore(
         None if template is None else _abstract(template.params))
     restored = self._manager.restore(step, args=ocp.args.Composite(params=params_args))
     train = {}
-    if meta.get('has_opt_state') or meta.get('has_rng'):
-      if not os.path.isdir(self._train_dir(step)):
-        raise CheckpointError(
-            f'step {step} holds parameters only: its optimizer state and key are not '
-            'on disk (a best step older than the newest checkpoint.max_to_keep is '
-            'pruned to its parameters; restore_params_only reads it)')
+    if has_train:
       train_template = None
       if template is not None:
         train_template = {}

@@ -99,10 +99,8 @@ def check_resume(metadata: Mapping[str, Any], fingerprint: Mapping[str, Any],
                  directory: str) -> None:
   """Refuses (ValueError) a checkpoint whose stored fingerprint differs from this one
   (a key of ADDED_KEYS missing from the stored one reads as its value there)."""
-  old = (metadata or {}).get('fingerprint')
-  if old is not None:
-    metadata = {**metadata, 'fingerprint': {**ADDED_KEYS, **old}}
-  setup_lib.check_resume(metadata, fingerprint, directory, what='a run')
+  setup_lib.check_resume(metadata, fingerprint, directory, what='a run',
+                         added_keys=ADDED_KEYS)
 
 
 def data_position(update: int, setup: rl_setup.PhaseSetup, seed: int) -> dict[str, int]:

@@ -193,7 +193,8 @@ def check_tokenizer_fits(tok: tokenization.Tokenizer, model_config: qwen_config.
 
 
 def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, Any],
-                 directory: str, *, what: str = 'a run') -> None:
+                 directory: str, *, what: str = 'a run',
+                 added_keys: Mapping[str, Any] | None = None) -> None:
   """Refuses to resume a checkpoint whose stored trajectory fingerprint differs.
 
   Args:
@@ -202,12 +203,15 @@ def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, A
     fingerprint: the current config's trajectory fingerprint (JSON dict).
     directory: the phase directory (named in the error).
     what: how the error names the stored run ('an SFT run', 'a run').
+    added_keys: fingerprint keys added after runs were stored, with the value those
+      runs had: a stored fingerprint without one reads as holding that value.
   Raises:
     ValueError: listing every differing key as `key: old -> new`.
   """
   old = (metadata or {}).get('fingerprint')
   if old is None:
     return
+  old = {**(added_keys or {}), **old}
   diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
   if diff:
     raise ValueError(
