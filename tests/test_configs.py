@@ -524,7 +524,7 @@ def test_loss_reduction_field():
   # A run stored before the field existed has no key: it resumes under Eq. 11 only.
   fp = rl_resume.trajectory_fingerprint(eq11)
   older = {k: v for k, v in fp.items() if k != 'loss_reduction'}
-  rl_resume.check_resume({'fingerprint': older}, fp, '/ckpt')
+  rl_resume.check_resume({'fingerprint': older}, fp, '/ckpt', eq11.model.hf_checkpoint)
   c = _parse_flags('phase_b.py', '--config.rl.loss_reduction=sqrt')
   validation.validate_config(c)
   run = run_setup.RunSetup.from_config(c)
@@ -532,7 +532,7 @@ def test_loss_reduction_field():
   assert rl_resume.trajectory_fingerprint(run)['loss_reduction'] == 'sqrt'
   with pytest.raises(ValueError, match="loss_reduction: 'decision' -> 'sqrt'"):
     rl_resume.check_resume({'fingerprint': older}, rl_resume.trajectory_fingerprint(run),
-                           '/ckpt')
+                           '/ckpt', run.model.hf_checkpoint)
   c = _parse_flags('phase_b.py', '--config.rl.loss_reduction=tokens')
   with pytest.raises(ValueError, match='rl.loss_reduction'):
     validation.validate_config(c)

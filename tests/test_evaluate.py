@@ -14,6 +14,7 @@ from vermem_jax.eval import policies as eval_policies
 from vermem_jax.models import qwen
 from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
+from vermem_jax.train import rl_resume
 from vermem_jax.train import setup as setup_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -261,3 +262,25 @@ def test_tool_set_note_names_each_policys_tools_and_what_other_calls_get():
   only_c = eval_policies.tool_set_note(sources[:2] + sources[3:])
   assert 'rejected' not in only_c
   assert eval_policies.tool_set_note(sources[:1]) == ''
+
+
+def test_a_phase_started_from_an_older_selection_is_marked_stale(tmp_path):
+  """Phase A started from SFT step 3; SFT then gained step 5 (its selection now):
+  the table says Phase A is stale, naming both steps; before that it says nothing."""
+  wd = str(tmp_path / 'wd')
+  _random_sft_checkpoint(wd, step=3, key=0)
+  c = common.get_config('phase_a')
+  params = qwen.init_params(setup_lib.model_config_from(c), jax.random.PRNGKey(2))
+  with checkpoints.PhaseCheckpointManager(os.path.join(wd, 'phase_a')) as m:
+    m.save(checkpoints.TrainState(step=1, params=params))
+  sources = eval_policies.parse_policies('base,sft,phase_a', wd)
+  assert eval_policies.stale_notes(sources, wd) == []  # no reference.json: nothing known
+  rl_resume.write_reference(os.path.join(wd, 'phase_a'), {'reference_step': 3})
+  assert eval_policies.stale_notes(sources, wd) == []
+  _random_sft_checkpoint(wd, step=5, key=1)
+  assert checkpoints.selected_step(os.path.join(wd, 'sft')) == 5
+  [note] = eval_policies.stale_notes(sources, wd)
+  assert note.startswith('STALE: phase_a') and 'sft step 3' in note and 'now 5' in note
+  res = evaluate.run_evaluation(eval_config(tmp_path, policies='phase_a',
+                                            num_questions=1), wd)
+  assert 'STALE: phase_a' in res['table']

@@ -1,7 +1,9 @@
 """Tests for vermem_jax.train.setup: config glue, and the trainers' steps on an 8-device
 CPU mesh (data=2 x fsdp=2 x tensor=2) against a single device. The mesh part runs in a
 subprocess because the device count is fixed before jax is imported."""
+import hashlib
 import os
+import shutil
 import textwrap
 
 import jax
@@ -12,6 +14,8 @@ import pytest
 import multidevice
 
 from experiments.configs import common
+from vermem_jax import paths
+from vermem_jax.models import hf_io
 from vermem_jax.models import qwen_config
 from vermem_jax.train import rl_setup
 from vermem_jax.train import run_setup
@@ -306,3 +310,69 @@ def test_rl_setup_preflights_the_http_verifier(monkeypatch):
   c.verifier.timeout_s = 2.0
   with pytest.raises(ValueError, match=r'verifier endpoint check failed.*127\.0\.0\.1:9'):
     rl_setup.build_setup(run_setup.RunSetup.from_config(c))
+
+
+def _hf_folder(path, weights: bytes, config: bytes = b'{"model_type": "qwen2"}'):
+  os.makedirs(path)
+  with open(os.path.join(path, 'config.json'), 'wb') as f:
+    f.write(config)
+  with open(os.path.join(path, 'model.safetensors'), 'wb') as f:
+    f.write(weights)
+  return str(path)
+
+
+def test_checkpoint_digest_is_the_content_not_the_path(tmp_path, monkeypatch):
+  """A copied folder keeps its digest; a changed weight or config changes it; above
+  DIGEST_FULL_BYTES only the sampled chunks count (the documented limit)."""
+  weights = np.random.default_rng(0).bytes(3 * 2**20)
+  a = _hf_folder(tmp_path / 'a', weights)
+  ref = hashlib.sha256(b'{"model_type": "qwen2"}' + f'model.safetensors:{len(weights)}'
+                       .encode() + weights).hexdigest()[:16]
+  assert hf_io.checkpoint_digest(a) == 'sha256:' + ref
+  assert hf_io.checkpoint_digest(_hf_folder(tmp_path / 'elsewhere', weights)) == (
+      'sha256:' + ref)
+  flipped = bytearray(weights)
+  flipped[2**20 + 7] ^= 1
+  assert hf_io.checkpoint_digest(_hf_folder(tmp_path / 'b', bytes(flipped))) != (
+      'sha256:' + ref)
+  assert hf_io.checkpoint_digest(
+      _hf_folder(tmp_path / 'c', weights, b'{"model_type": "qwen3"}')) != 'sha256:' + ref
+  # Sampled: 16 chunks of 1 MiB over 32 MiB start every 31/15 MiB (~2.07), so the first
+  # and last bytes are read and byte 1.5 MiB, between the first two chunks, is not.
+  monkeypatch.setattr(hf_io, 'DIGEST_FULL_BYTES', 0)
+  big = np.random.default_rng(1).bytes(32 * 2**20)
+  base = hf_io.checkpoint_digest(_hf_folder(tmp_path / 'big', big))
+  for k, (offset, changes) in enumerate([(0, True), (len(big) - 1, True),
+                                         (2**20 + 2**19, False)]):
+    b = bytearray(big)
+    b[offset] ^= 1
+    got = hf_io.checkpoint_digest(_hf_folder(tmp_path / f'big{k}', bytes(b)))
+    assert (got != base) == changes, offset
+  with pytest.raises(FileNotFoundError, match='no model.safetensors'):
+    hf_io.checkpoint_digest(tmp_path)
+
+
+def test_model_identity_resumes_a_moved_base_and_older_path_runs(tmp_path):
+  """The fingerprint's model is the base's digest: a run resumes after the base (or
+  the clone holding it) moved; a run stored with the old path form resumes from that
+  path and is refused, naming both forms, from another."""
+  moved = tmp_path / 'moved_base'
+  shutil.copytree(paths.packaged_base(), moved)
+  c = common.get_config('sft')
+  at_home = setup.model_identity(c)
+  assert at_home.startswith('hf-checkpoint sha256:')
+  c.model.hf_checkpoint = str(moved)
+  assert setup.model_identity(c) == at_home
+  stored = {'fingerprint': {'model': at_home, 'seed': 42}}
+  setup.check_resume(stored, {'model': setup.model_identity(c), 'seed': 42}, '/ckpt')
+  older = {'fingerprint': {'model': str(paths.packaged_base()), 'seed': 42}}
+  now = {'model': at_home, 'seed': 42}
+  setup.check_resume(older, now, '/ckpt',
+                     older_forms=setup.older_identity_forms(paths.packaged_base()))
+  with pytest.raises(ValueError, match=r"model: '.*tiny_base' -> 'hf-checkpoint sha256:"):
+    setup.check_resume(older, now, '/ckpt',
+                       older_forms=setup.older_identity_forms(str(moved)))
+  assert setup.older_identity_forms('') == {}
+  c.model.hf_checkpoint = str(tmp_path / 'missing')
+  with pytest.raises(ValueError, match='config.model.hf_checkpoint'):
+    setup.model_identity(c)

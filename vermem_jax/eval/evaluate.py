@@ -174,6 +174,11 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   # fails part-way (e.g. on a corrupt checkpoint) leaves the previous results whole.
   partial_path = jsonl_path + '.partial'
   layout = eval_policies.seed_layout(workdir, seeds)
+  stale = [n for wd in dict.fromkeys(layout.workdirs.values())
+           for n in eval_policies.stale_notes(eval_policies.parse_policies(ev.policies, wd),
+                                              wd)]
+  for note in stale:
+    logging.warning('%s', note)
   sources: dict[str, eval_policies.PolicySource] = {}
   per_seed: dict[int, dict[str, dict]] = {}
   infos: dict[str, list] = {}
@@ -253,8 +258,8 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
                                   judge_text=suite.judge_text,
                                   notes=[n for n in (
                                       checkpoint_note,
-                                      eval_policies.tool_set_note(list(sources.values())))
-                                         if n])
+                                      eval_policies.tool_set_note(list(sources.values())),
+                                      *stale) if n])
   paths['jsonl'] = jsonl_path
   # A figure copied out of the workdir keeps the solver caveat (the part of the label
   # before its explanation: 'oracle-evidence reader — DIAGNOSTIC stand-in, not an LLM').

@@ -37,6 +37,8 @@ from vermem_jax.rl import policy as policy_lib
 from vermem_jax.rl import task_selection
 from vermem_jax.train import checkpoint_values
 from vermem_jax.train import checkpoints
+from vermem_jax.train import rl_resume
+from vermem_jax.train import run_setup
 from vermem_jax.train import setup as setup_lib
 
 PHASES = ('sft', 'phase_a', 'phase_b', 'phase_c')
@@ -180,6 +182,31 @@ def check_available(sources: list[PolicySource], workdir: str) -> None:
             f'config.eval.policies names {s.where}, but {d} holds no checkpoint')
     elif s.kind == 'hf' and not os.path.isdir(s.where):
       raise ValueError(f'config.eval.policies: {s.label}: {s.where} is not a directory')
+
+
+def stale_notes(sources: list[PolicySource], workdir: str) -> list[str]:
+  """One results-table line per RL-phase policy that did not start from its previous
+  phase's selected checkpoint as the workdir holds it now (the previous phase was
+  extended or run again after it: the policy is not the curriculum's continuation).
+
+  Compares the step in the phase's `reference.json` (`rl_resume.write_reference`:
+  the previous phase's step it started from) with `checkpoints.selected_step` of the
+  previous phase; a phase without either says nothing.
+  """
+  notes = []
+  for s in sources:
+    prev = run_setup.PREVIOUS_PHASE.get(s.where) if s.kind == 'phase' else None
+    if prev is None:
+      continue
+    reference = rl_resume.read_reference(checkpoints.phase_dir(workdir, s.where)) or {}
+    started = reference.get('reference_step')
+    now = checkpoints.selected_step(checkpoints.phase_dir(workdir, prev))
+    if started is not None and now is not None and int(started) != now:
+      notes.append(f'STALE: {s.label} ({workdir}) started from {prev} step {started}, '
+                   f'but {prev}\'s selected step is now {now} ({prev} changed after '
+                   f'{s.where} ran); train {s.where} again in a fresh --workdir to '
+                   'evaluate the curriculum as it stands.')
+  return notes
 
 
 def _greedy_sampler(config: ml_collections.ConfigDict, model_config: Any, params: Any,

@@ -25,6 +25,7 @@ Source: transformers 5.x `modeling_qwen2.py` / `modeling_qwen3.py`.
 """
 
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -49,6 +50,11 @@ CONFIG_FILE = "config.json"
 _FLOAT_DTYPES = frozenset({"F32", "BF16", "F16"})
 # Tensors older transformers versions saved but that carry no parameters.
 _IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
+# checkpoint_digest reads a folder's weights whole up to this many bytes, and sampled
+# chunks of larger ones: hashing 15 GB at every phase start would add tens of seconds.
+DIGEST_FULL_BYTES = 2 * 2**30
+_DIGEST_CHUNKS = 16
+_DIGEST_CHUNK_BYTES = 2**20
 _SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -138,6 +144,40 @@ def _checkpoint_files(path: str) -> tuple[list[str], dict[str, str] | None]:
     return [single], None
   raise FileNotFoundError(
       f"no {SAFETENSORS_SINGLE} or {SAFETENSORS_INDEX} in checkpoint folder {path!r}")
+
+
+def checkpoint_digest(path: str | os.PathLike) -> str:
+  """A content digest of a Hugging Face folder: 'sha256:<16 hex digits>'.
+
+  Hashes `config.json` and every safetensors file (name, size, bytes). Weights of up
+  to `DIGEST_FULL_BYTES` in all are read whole; above that each file contributes its
+  size and `_DIGEST_CHUNKS` chunks of 1 MiB spread evenly over it (the first and the
+  last included), so two checkpoints that differ only between those chunks get one
+  digest. The folder's path takes no part: a copy or a moved folder has the same digest.
+
+  Raises:
+    FileNotFoundError: no config.json, or no safetensors weights (`_checkpoint_files`).
+    ValueError: a malformed safetensors index.
+  """
+  path = os.fspath(path)
+  files, _ = _checkpoint_files(path)
+  h = hashlib.sha256()
+  with open(os.path.join(path, CONFIG_FILE), "rb") as f:
+    h.update(f.read())
+  sizes = [os.path.getsize(f) for f in files]
+  whole = sum(sizes) <= DIGEST_FULL_BYTES
+  for file, size in zip(files, sizes):
+    h.update(f"{os.path.basename(file)}:{size}".encode())
+    with open(file, "rb") as f:
+      if whole:
+        for block in iter(lambda: f.read(1 << 24), b""):
+          h.update(block)
+        continue
+      last = max(0, size - _DIGEST_CHUNK_BYTES)
+      for k in range(_DIGEST_CHUNKS):
+        f.seek(last * k // (_DIGEST_CHUNKS - 1))
+        h.update(f.read(_DIGEST_CHUNK_BYTES))
+  return "sha256:" + h.hexdigest()[:16]
 
 
 def _open(file: str):

@@ -424,6 +424,19 @@ class PhaseCheckpointManager:
     self.close()
 
 
+def selected_step(directory: str | os.PathLike) -> int | None:
+  """The step `restore_params_only(directory)` reads first: the best step by
+  selection metrics, else the newest (None: no checkpoint)."""
+  if not has_checkpoint(directory):
+    return None
+  mgr = PhaseCheckpointManager(directory, max_to_keep=10**9)
+  try:
+    best = mgr.best_step()
+    return best if best is not None else mgr.latest_step()
+  finally:
+    mgr.close()
+
+
 def restore_params_only(directory: str | os.PathLike, params_template: PyTree = None,
                         *, prefer_best: bool = True,
                         step: int | None = None) -> tuple[PyTree, int]:

@@ -367,7 +367,8 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
     restored = runner.restore(checkpoints.TrainState(
         step=0, params=param_shapes, opt_state=opt_shapes,
         rng=task_selection.update_rng(run.seed, 1), running_stats={}, data_position={},
-        metadata={}), lambda r: rl_resume.check_resume(r.metadata, fingerprint, directory))
+        metadata={}), lambda r: rl_resume.check_resume(r.metadata, fingerprint, directory,
+                                                       run.model.hf_checkpoint))
     md = runner.metadata
     if restored is not None and restored.step >= total and md.get('final_metrics'):
       logging.info('%s in %s is complete at update %d; nothing to do', phase, directory,

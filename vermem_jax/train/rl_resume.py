@@ -96,11 +96,14 @@ ADDED_KEYS = {'loss_reduction': 'decision'}
 
 
 def check_resume(metadata: Mapping[str, Any], fingerprint: Mapping[str, Any],
-                 directory: str) -> None:
+                 directory: str, hf_checkpoint: str) -> None:
   """Refuses (ValueError) a checkpoint whose stored fingerprint differs from this one
-  (a key of ADDED_KEYS missing from the stored one reads as its value there)."""
+  (a key of ADDED_KEYS missing from the stored one reads as its value there; a model
+  stored as the folder path `hf_checkpoint`, as runs before the content digest were,
+  reads as this model: `setup.older_identity_forms`)."""
   setup_lib.check_resume(metadata, fingerprint, directory, what='a run',
-                         added_keys=ADDED_KEYS)
+                         added_keys=ADDED_KEYS,
+                         older_forms=setup_lib.older_identity_forms(hf_checkpoint))
 
 
 def data_position(update: int, setup: rl_setup.PhaseSetup, seed: int) -> dict[str, int]:

@@ -19,6 +19,7 @@ typed results:
   generate_fn_for(mesh)            -> the sampler under the mesh's sharding rules
   process_local_mesh(mesh_config)  -> a mesh over this process's devices (multi-host)
   check_resume(metadata, fingerprint, directory) -> refuses a resume with other settings
+  older_identity_forms(hf_checkpoint) -> how runs stored before the digest named the model
 
 Sharding scheme (models/sharding.py). Parameters follow the logical-axis rules (FSDP
 over 'embed', tensor parallelism over heads / MLP / vocabulary). Optimizer-state leaves
@@ -78,12 +79,30 @@ def model_dims_from(config: ml_collections.ConfigDict) -> dict[str, int]:
 
 
 def model_identity(config: ml_collections.ConfigDict) -> str:
-  """The policy model in a resume fingerprint: the checkpoint folder, or the preset
-  name followed by the dimensions the config sets (`tiny-sp4k hidden_size=384`)."""
+  """The policy model in a resume fingerprint: a checkpoint's content digest
+  (`hf-checkpoint sha256:...`, `hf_io.checkpoint_digest`: a copied or moved folder
+  keeps it), or the preset name followed by the dimensions the config sets
+  (`tiny-sp4k hidden_size=384`). Runs stored before the digest held the folder's path
+  (`older_identity_forms`).
+
+  Raises:
+    ValueError: a checkpoint folder without config.json or weights, or with a malformed
+      index (names `config.model.hf_checkpoint`); bad dimensions (`model_dims_from`).
+  """
   if config.model.hf_checkpoint:
-    return str(config.model.hf_checkpoint)
+    try:
+      return 'hf-checkpoint ' + hf_io.checkpoint_digest(config.model.hf_checkpoint)
+    except (OSError, ValueError) as e:
+      raise ValueError(f'config.model.hf_checkpoint: {e}') from e
   dims = model_dims_from(config)
   return ' '.join([str(config.model.preset)] + [f'{k}={v}' for k, v in dims.items()])
+
+
+def older_identity_forms(hf_checkpoint: str) -> dict[str, str]:
+  """`check_resume`'s `older_forms` for the model: runs stored before the content
+  digest fingerprinted a checkpoint by its folder path, so a stored 'model' equal to
+  this run's `hf_checkpoint` path is this model ({} for a random init)."""
+  return {'model': str(hf_checkpoint)} if hf_checkpoint else {}
 
 
 def model_config_from(config: ml_collections.ConfigDict) -> qwen_config.QwenConfig:
@@ -194,7 +213,8 @@ def check_tokenizer_fits(tok: tokenization.Tokenizer, model_config: qwen_config.
 
 def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, Any],
                  directory: str, *, what: str = 'a run',
-                 added_keys: Mapping[str, Any] | None = None) -> None:
+                 added_keys: Mapping[str, Any] | None = None,
+                 older_forms: Mapping[str, Any] | None = None) -> None:
   """Refuses to resume a checkpoint whose stored trajectory fingerprint differs.
 
   Args:
@@ -205,6 +225,9 @@ def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, A
     what: how the error names the stored run ('an SFT run', 'a run').
     added_keys: fingerprint keys added after runs were stored, with the value those
       runs had: a stored fingerprint without one reads as holding that value.
+    older_forms: per key, the value an older version stored for what this run
+      fingerprints now (`older_identity_forms`): a stored value equal to it reads as
+      this run's value.
   Raises:
     ValueError: listing every differing key as `key: old -> new`.
   """
@@ -212,6 +235,9 @@ def check_resume(metadata: Mapping[str, Any] | None, fingerprint: Mapping[str, A
   if old is None:
     return
   old = {**(added_keys or {}), **old}
+  for key, form in (older_forms or {}).items():
+    if key in old and old[key] == form:
+      old[key] = fingerprint.get(key)
   diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
   if diff:
     raise ValueError(

@@ -102,11 +102,13 @@ def trajectory_fingerprint(run: run_setup.RunSetup) -> dict[str, Any]:
 
 
 def _check_resume(meta: Mapping[str, Any], fingerprint: Mapping[str, Any],
-                  directory: str) -> None:
-  setup_lib.check_resume(meta.get('metadata'), fingerprint, directory, what='an SFT run')
+                  directory: str, hf_checkpoint: str) -> None:
+  setup_lib.check_resume(meta.get('metadata'), fingerprint, directory, what='an SFT run',
+                         older_forms=setup_lib.older_identity_forms(hf_checkpoint))
 
 
-def _completed_metrics(directory: str, fingerprint: Mapping[str, Any]) -> dict | None:
+def _completed_metrics(directory: str, fingerprint: Mapping[str, Any],
+                       hf_checkpoint: str) -> dict | None:
   """Stored final metrics when the newest checkpoint is the completed last step."""
   if not checkpoints.has_checkpoint(directory):
     return None
@@ -116,7 +118,7 @@ def _completed_metrics(directory: str, fingerprint: Mapping[str, Any]) -> dict |
       meta = mgr.read_meta(latest)
     except Exception:  # pylint: disable=broad-except
       return None  # the normal path restores with fallback and reports it
-  _check_resume(meta, fingerprint, directory)
+  _check_resume(meta, fingerprint, directory, hf_checkpoint)
   md = meta.get('metadata') or {}
   if md.get('complete') and md.get('final_metrics'):
     return dict(md['final_metrics'])
@@ -320,7 +322,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   directory = checkpoints.phase_dir(workdir, PHASE)
   run = run_setup.RunSetup.from_config(config)
   fingerprint = trajectory_fingerprint(run)
-  done = _completed_metrics(directory, fingerprint)
+  done = _completed_metrics(directory, fingerprint, run.model.hf_checkpoint)
   if done is not None:
     logging.info('SFT in %s is complete at step %s; nothing to do', directory,
                  done.get('step'))
@@ -349,7 +351,8 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
   num_train, seed = len(data.train), run.seed
 
   def check(restored: checkpoints.TrainState) -> None:
-    _check_resume({'metadata': restored.metadata}, fingerprint, directory)
+    _check_resume({'metadata': restored.metadata}, fingerprint, directory,
+                  model.hf_checkpoint)
     want = data_position(restored.step, spe, seed, num_train)
     if restored.data_position != want:
       raise ValueError(f'{directory}: checkpoint step {restored.step} has data position '
