@@ -281,6 +281,16 @@ def test_a_phase_started_from_an_older_selection_is_marked_stale(tmp_path):
   assert checkpoints.selected_step(os.path.join(wd, 'sft')) == 5
   [note] = eval_policies.stale_notes(sources, wd)
   assert note.startswith('STALE: phase_a') and 'sft step 3' in note and 'now 5' in note
+  # θ_B started from the stale θ_A (at θ_A's selected step): stale too; θ_C without a
+  # reference.json says nothing.
+  os.makedirs(os.path.join(wd, 'phase_b'))
+  rl_resume.write_reference(os.path.join(wd, 'phase_b'), {'reference_step': 1})
+  notes = eval_policies.stale_notes(
+      eval_policies.parse_policies('phase_b,phase_c,phase_a', wd), wd)
+  assert [n.split(' ')[1] for n in notes] == ['phase_a', 'phase_b']
+  assert 'phase_a, which is itself stale' in notes[1]
   res = evaluate.run_evaluation(eval_config(tmp_path, policies='phase_a',
                                             num_questions=1), wd)
   assert 'STALE: phase_a' in res['table']
+  meta = json.load(open(res['paths']['json']))['meta']
+  assert [n.split(' ')[1] for n in meta['stale']] == ['phase_a']

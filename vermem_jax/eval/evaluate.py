@@ -247,7 +247,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
           'target_success': float(ev.target_success),
           'target_budget': float(ev.target_budget),
           'frontier': 'reruns' if ev.frontier_reruns else 'derived from unbudgeted runs',
-          'solver_backend': config.solver.backend,
+          'solver_backend': config.solver.backend, 'stale': stale,
           'seconds': timings, 'wall_time_s': wall, 'scale': config.get('scale'),
           **suite.meta()}
   paths = aggregate.write_results(out_dir, agg, per_seed=per_seed, meta=meta,

@@ -185,27 +185,37 @@ def check_available(sources: list[PolicySource], workdir: str) -> None:
 
 
 def stale_notes(sources: list[PolicySource], workdir: str) -> list[str]:
-  """One results-table line per RL-phase policy that did not start from its previous
-  phase's selected checkpoint as the workdir holds it now (the previous phase was
-  extended or run again after it: the policy is not the curriculum's continuation).
+  """One results-table line per RL-phase policy that is not the continuation of the
+  curriculum as the workdir holds it now: its previous phase's selected checkpoint
+  changed after it started (that phase was extended, or run again and selected another
+  step), or its previous phase is itself such a phase (θ_C on a stale θ_B).
 
   Compares the step in the phase's `reference.json` (`rl_resume.write_reference`:
   the previous phase's step it started from) with `checkpoints.selected_step` of the
-  previous phase; a phase without either says nothing.
+  previous phase; a phase without either says nothing. Steps only: a previous phase
+  run again that selects the same step number is not seen here (resuming the later
+  phase's training is refused then: its resume check hashes π_ref's parameters).
   """
-  notes = []
-  for s in sources:
-    prev = run_setup.PREVIOUS_PHASE.get(s.where) if s.kind == 'phase' else None
-    if prev is None:
-      continue
-    reference = rl_resume.read_reference(checkpoints.phase_dir(workdir, s.where)) or {}
+  notes, stale = [], set()
+  for phase in run_setup.RL_PHASES:  # curriculum order: a stale phase taints the next
+    prev = run_setup.PREVIOUS_PHASE[phase]
+    reference = rl_resume.read_reference(checkpoints.phase_dir(workdir, phase)) or {}
     started = reference.get('reference_step')
-    now = checkpoints.selected_step(checkpoints.phase_dir(workdir, prev))
-    if started is not None and now is not None and int(started) != now:
-      notes.append(f'STALE: {s.label} ({workdir}) started from {prev} step {started}, '
-                   f'but {prev}\'s selected step is now {now} ({prev} changed after '
-                   f'{s.where} ran); train {s.where} again in a fresh --workdir to '
-                   'evaluate the curriculum as it stands.')
+    if started is None:
+      continue
+    if prev in stale:
+      stale.add(phase)
+      why = f'it started from {prev}, which is itself stale'
+    else:
+      now = checkpoints.selected_step(checkpoints.phase_dir(workdir, prev))
+      if now is None or int(started) == now:
+        continue
+      stale.add(phase)
+      why = (f"it started from {prev} step {started}, but {prev}'s selected step is now "
+             f'{now} ({prev} changed after {phase} ran)')
+    notes += [f'STALE: {s.label} ({workdir}): {why}; train {phase} again in a fresh '
+              '--workdir to evaluate the curriculum as it stands.'
+              for s in sources if s.kind == 'phase' and s.where == phase]
   return notes
 
 
