@@ -11,6 +11,7 @@ from vermem_jax.envs.scenarios import build as scenario_build
 from vermem_jax.envs.scenarios import spec as scenario_spec
 from vermem_jax.envs import task_solvers as ts
 from vermem_jax.memory import config as mconfig
+from vermem_jax.memory import executor
 from vermem_jax.memory.token_count import count_whitespace_tokens as count
 from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import internal_dev
@@ -103,6 +104,46 @@ def test_episode_scores_hand_case(dev_specs):
   assert s['m_ans'] == pytest.approx(0.5)  # 1 - mean cost (1 + 0) / 2
   assert s['p_aux'] == pytest.approx(0.5) and s['rejected'] == 1
   assert s['decisions'] == 2 and dict(s['ops']) == {'Invalid': 1, 'Null': 1}
+  # The rejected one carries no violation here, so it is neither unparseable nor
+  # outside the tools.
+  assert s['unparseable'] == 0 and s['not_allowed'] == 0
+
+
+def test_rejected_rate_split_by_cause_hand_case(dev_specs):
+  specs, _ = dev_specs
+  spec = specs[0]
+
+  def decision(step, op, accepted, *kinds):
+    return episode_types.DecisionRecord(
+        step=step, policy_input='x', policy_output=episode_types.PolicyOutput('t'),
+        op=op, accepted=accepted,
+        violations=tuple(executor.Violation(k, 1.0, k) for k in kinds),
+        cost=float(bool(kinds)), is_tool_call=op not in ('Null', 'Invalid'),
+        transition_message='', state=spec.initial_state,
+        state_after_memory=spec.initial_state, next_state=spec.initial_state,
+        solver_output=None, observation=None)
+
+  def result(*decisions):
+    return episode_types.EpisodeResult(
+        spec=spec, decisions=decisions, final_state=spec.initial_state,
+        final_answer=None, terminated_by='env_end', policy_input_tokens=0,
+        policy_output_tokens=0, solver_input_tokens=0, solver_output_tokens=0,
+        task_steps=len(decisions), tool_calls=0)
+
+  # Episode 1: unparseable text, an unknown tool, a tool outside the phase, ∅.
+  # Episode 2: an Add rejected for a missing id (neither), an accepted Add.
+  first = internal_dev.episode_record(result(
+      decision(0, 'Invalid', False, 'parse'), decision(1, 'Invalid', False, 'unknown_tool'),
+      decision(2, 'Filter', False, 'op_not_allowed'), decision(3, 'Null', True)))
+  second = internal_dev.episode_record(result(
+      decision(0, 'Add', False, 'missing_id'), decision(1, 'Add', True)))
+  assert (first['rejected'], first['unparseable'], first['not_allowed']) == (3, 2, 1)
+  assert (second['rejected'], second['unparseable'], second['not_allowed']) == (1, 0, 0)
+  out = internal_dev.summary([first, second])
+  # Over the 6 decisions of both episodes: 4 rejected, 2 unparseable, 1 outside.
+  assert out['rejected_rate'] == pytest.approx(4 / 6)
+  assert out['unparseable_rate'] == pytest.approx(2 / 6)
+  assert out['not_allowed_rate'] == pytest.approx(1 / 6)
 
 
 def test_metric_checks_and_eval_steps():

@@ -415,6 +415,29 @@ def test_rejected_tool_calls_are_not_online_cost_calls(scripted, tok, oracle):
   assert res.metrics["rollout/rejected_tool_calls"] == len(specs)
 
 
+def test_rejected_rate_is_split_by_cause(scripted, tok, oracle):
+  """The update's rejected rate and its two parts: unparseable text and a tool outside
+  the phase's set (Phase B here, so Add); a bad argument is in neither part."""
+  specs = scripted["specs"]
+  first = ('Filter(drop_refs=["', 'Add(content="x", source_refs=["c2"])',
+           "SelectEpisode(selected_refs=[])")  # parse, op_not_allowed, bad_argument
+  calls = []
+
+  def policy(inputs, rng):  # step 0: one of each per task; then ∅
+    del rng
+    calls.append(len(inputs))
+    return [first[i % K] if len(calls) == 1 else "∅" for i in range(len(inputs))]
+
+  res = _collect(specs, policy, tok, oracle, budget=1024, limit=2048)
+  decisions = [d for t in res.trajectories for d in res.trajectory_decisions(t.index)]
+  kinds = [d.violations[0] for d in decisions if not d.accepted]
+  assert sorted(kinds) == sorted(["parse", "op_not_allowed", "bad_argument"] * len(specs))
+  n = len(decisions)
+  assert res.metrics["rollout/rejected_rate"] == pytest.approx(3 * len(specs) / n)
+  assert res.metrics["rollout/unparseable_rate"] == pytest.approx(len(specs) / n)
+  assert res.metrics["rollout/not_allowed_rate"] == pytest.approx(len(specs) / n)
+
+
 def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, oracle):
   seen = {}
   verifier = make_verifier({"backend": "heuristic"})

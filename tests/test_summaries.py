@@ -63,7 +63,11 @@ def test_rl_summary_block(tmp_path):
             'internal_dev/start/rejected_rate': 0.5, 'internal_dev/start/op_share/Add': 1.0,
             'internal_dev/end/num_episodes': 8.0, 'internal_dev/end/r_task': 0.5,
             'internal_dev/end/m_ans': 0.375, 'internal_dev/end/r_sup': 0.75,
-            'internal_dev/end/rejected_rate': 0.25, 'internal_dev/end/op_share/Null': 1.0}
+            'internal_dev/end/rejected_rate': 0.25, 'internal_dev/end/op_share/Null': 1.0,
+            'internal_dev/start/unparseable_rate': 0.375,
+            'internal_dev/start/not_allowed_rate': 0.125,
+            'internal_dev/end/unparseable_rate': 0.0,
+            'internal_dev/end/not_allowed_rate': 0.25}
   text = summaries.phase_summary('phase_a', result, str(phase_dir), workdir=str(tmp_path))
   lines = text.splitlines()
   assert lines[0].startswith('phase_a summary: 6 updates (CPU stand-ins')
@@ -75,6 +79,11 @@ def test_rl_summary_block(tmp_path):
   dev_r = next(l for l in lines if l.strip().startswith('r^task') and '0.250' in l)
   assert dev_r.split()[-2:] == ['0.250', '0.500']
   assert re.search(r'dev operation mix, end +∅ 100%', text)
+  # The rejected rate's two causes, indented under it.
+  i = next(i for i, l in enumerate(lines) if l.strip().startswith('rejected rate')
+           and '0.500' in l)
+  assert lines[i + 1].split() == ['unparseable', '0.375', '0.000']
+  assert lines[i + 2].split() == ['outside', "the", "phase's", 'tools', '0.125', '0.250']
   # Header and rows line up (right-aligned columns end at the same place), also when
   # the previous phase's name is longer than the column.
   for prev in ('sft', 'phase_a'):
@@ -82,9 +91,9 @@ def test_rl_summary_block(tmp_path):
                                    str(phase_dir), workdir=str(tmp_path))
     lines = text.splitlines()
     head = next(l for l in lines if 'internal dev' in l)
-    rows = [l for l in lines[lines.index(head) + 1:] if l.strip()[:1] in 'rms']
+    rows = [l for l in lines[lines.index(head) + 1:] if l.strip()[:1] in 'rmsuo']
     assert f'start (θ {prev})' in head
-    for row in rows[:4]:
+    for row in rows[:6]:
       assert len(row) == len(head), (head, row)
     roll = next(l for l in lines if 'rollouts (sampled)' in l)
     assert len(roll) == len(lines[lines.index(roll) + 1])

@@ -25,6 +25,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from vermem_jax.envs import episode_types
+from vermem_jax.memory import config as mconfig
 from vermem_jax.rl import advantages as adv
 from vermem_jax.rl import batching
 from vermem_jax.verifiers import base as vbase
@@ -255,7 +256,7 @@ def update_metrics(decisions: Sequence[RolloutDecision],
                    timings: Mapping[str, float], policy_calls: int,
                    unscored_global: int) -> dict[str, float]:
   """The flat metric summary of an update (`RolloutResult.metrics`): counts, rejected
-  rate, mean cost and command length per decision, rejected tool calls (summed over
+  rate (and its share unparseable and outside the phase's tools), mean cost and command length per decision, rejected tool calls (summed over
   trajectories), reward means per trajectory, op
   shares, termination shares, stage seconds and the advantage metrics."""
   n = max(len(decisions), 1)
@@ -264,6 +265,8 @@ def update_metrics(decisions: Sequence[RolloutDecision],
       'rollout/num_decisions': float(len(decisions)),
       'rollout/policy_calls': float(policy_calls),
       'rollout/rejected_rate': sum(not d.accepted for d in decisions) / n,
+      'rollout/unparseable_rate': _rejected_for(decisions, mconfig.UNPARSEABLE_KINDS) / n,
+      'rollout/not_allowed_rate': _rejected_for(decisions, (mconfig.NOT_ALLOWED_KIND,)) / n,
       'rollout/mean_cost': sum(d.cost for d in decisions) / n,
       'rollout/mean_command_tokens': sum(d.command_tokens for d in decisions) / n,
       'rollout/global_unscored': float(unscored_global),
@@ -287,3 +290,8 @@ def update_metrics(decisions: Sequence[RolloutDecision],
     m[f'time/{key}_s'] = float(value)
   m.update(advantages.metrics)
   return m
+
+
+def _rejected_for(decisions: Sequence[RolloutDecision], kinds: Sequence[str]) -> int:
+  """Rejected decisions with a violation of one of `kinds`."""
+  return sum(not d.accepted and any(k in kinds for k in d.violations) for d in decisions)

@@ -10,8 +10,9 @@ scores every trajectory with the reward functions of `rl.rewards`:
   p_aux    = mean constraint cost over the trajectory's decisions (Eq. 16)
   m_ans    = clip(r_task − p_aux, 0, 1) (Eq. 18)
 
-plus the rejected-command rate, the operation mix (share of decisions per op) and the
-mean decisions / tool calls per episode. No verifier is called, so r^global and m^all
+plus the rejected-command rate, split into its two commonest causes (text that is not
+a command, and a tool outside the phase's set), the operation mix (share of decisions
+per op) and the mean decisions / tool calls per episode. No verifier is called, so r^global and m^all
 are not part of it (they need v^coh, v^state).
 
 The internal-dev episodes come from the 10% internal-dev pool (SPEC §4, §7: checkpoint
@@ -32,6 +33,7 @@ from vermem_jax.envs import environment
 from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands as mcommands
+from vermem_jax.memory import config as mconfig
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rewards as rw
 from vermem_jax.rl import rollout
@@ -42,7 +44,9 @@ STAND_IN_NOTE = ('CPU stand-ins: oracle-evidence reader as task solver, heuristi
                  'verifier; not a model judge')
 # Keys of `summary`'s result that are means over episodes.
 EPISODE_METRICS = ('r_task', 'r_sup', 'p_aux', 'm_ans', 'rejected_rate',
-                   'decisions_per_episode', 'tool_calls_per_episode')
+                   'unparseable_rate', 'not_allowed_rate', 'decisions_per_episode',
+                   'tool_calls_per_episode')
+
 
 
 def run_dev_episodes(specs: Sequence[episode_types.EpisodeSpec],
@@ -70,8 +74,10 @@ def run_dev_episodes(specs: Sequence[episode_types.EpisodeSpec],
       records are gathered, so every process returns what one process would.
   Returns:
     One record per episode, in spec order: 'r_task', 'em', 'f1', 'sf_recall', 'm_ans',
-    'r_sup', 'p_aux' (floats), 'decisions', 'tool_calls', 'rejected' (ints), 'ops'
-    (Counter op -> decisions).
+    'r_sup', 'p_aux' (floats), 'decisions', 'tool_calls', 'rejected' (ints), of the
+    rejected ones 'unparseable' and 'not_allowed' (ints: a violation of
+    memory.config's UNPARSEABLE_KINDS, of its NOT_ALLOWED_KIND; a decision rejected
+    for another check is in neither), 'ops' (Counter op -> decisions).
   Raises:
     ValueError: no specs.
   """
@@ -112,15 +118,24 @@ def episode_record(result: episode_types.EpisodeResult) -> dict[str, Any]:
           'p_aux': p_aux, 'decisions': result.num_decisions,
           'tool_calls': result.tool_calls,
           'rejected': sum(not d.accepted for d in result.decisions),
+          'unparseable': _rejected_for(result.decisions, mconfig.UNPARSEABLE_KINDS),
+          'not_allowed': _rejected_for(result.decisions, (mconfig.NOT_ALLOWED_KIND,)),
           'ops': collections.Counter(d.op for d in result.decisions)}
+
+
+def _rejected_for(decisions: Sequence[episode_types.DecisionRecord],
+                  kinds: Sequence[str]) -> int:
+  """Rejected decisions with a violation of one of `kinds`."""
+  return sum(not d.accepted and any(v.kind in kinds for v in d.violations)
+             for d in decisions)
 
 
 def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   """The phase summary's figures of `run_dev_episodes` records.
 
   Returns:
-    {'num_episodes', each of EPISODE_METRICS (mean over episodes; rejected_rate over
-    decisions), 'op_share/<op>' for every op that occurred (share of decisions,
+    {'num_episodes', each of EPISODE_METRICS (mean over episodes; rejected_rate,
+    unparseable_rate and not_allowed_rate over decisions), 'op_share/<op>' for every op that occurred (share of decisions,
     'Invalid' = text naming no tool)}.
   """
   n = len(records)
@@ -129,6 +144,10 @@ def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   for key in ('r_task', 'r_sup', 'p_aux', 'm_ans'):
     out[key] = float(np.mean([r[key] for r in records]))
   out.update({'rejected_rate': sum(r['rejected'] for r in records) / max(decisions, 1),
+              'unparseable_rate': (sum(r['unparseable'] for r in records)
+                                   / max(decisions, 1)),
+              'not_allowed_rate': (sum(r['not_allowed'] for r in records)
+                                   / max(decisions, 1)),
               'decisions_per_episode': decisions / n,
               'tool_calls_per_episode': sum(r['tool_calls'] for r in records) / n})
   out.update(op_shares(sum((r['ops'] for r in records), collections.Counter())))

@@ -7,7 +7,9 @@ after each phase (and `experiments/benchmarks/learning_curve.py` reuses):
   over the non-∅ predictions only: a policy answering ∅ everywhere is fully
   "executable"), exact match, and tool accuracy / exact match per target class, for the
   last evaluation and the checkpoint Phase A starts from.
-- RL (`rl_summary`): r^task, r^global, m^ans, the rejected rate, the rejection-
+- RL (`rl_summary`): r^task, r^global, m^ans, the rejected rate (with the part of it
+  that was unparseable text and the part that called a tool outside the phase's set;
+  the rest failed T_m's other checks), the rejection-
   preference diagnostics (mean A^hier of rejected and of executable decisions, and the
   share of executable decisions below the rejected ones' mean: 0 means the update never
   preferred a rejected command; rl/advantages.py) and the operation mix of the first
@@ -39,12 +41,16 @@ NOTEBOOK = os.path.join('experiments', 'notebooks', 'advantage_statistics.ipynb'
 # (label, metrics.jsonl key) of the RL rows compared first vs last.
 RL_ROWS = (('r^task', 'reward/r_task'), ('r^global', 'reward/r_global'),
            ('m^ans', 'reward/m_ans'), ('rejected rate', 'rollout/rejected_rate'),
+           ('  unparseable', 'rollout/unparseable_rate'),
+           ("  outside the phase's tools", 'rollout/not_allowed_rate'),
            ('A^hier, rejected (mean)', 'advantage/a_hier_rejected_mean'),
            ('A^hier, executable (mean)', 'advantage/a_hier_executable_mean'),
            ('executable below rejected', 'advantage/rejection_preference_share'))
 # (label, internal_dev key) of the internal-dev rows.
 DEV_ROWS = (('r^task', 'r_task'), ('m^ans', 'm_ans'), ('supporting-fact recall', 'r_sup'),
-            ('rejected rate', 'rejected_rate'))
+            ('rejected rate', 'rejected_rate'),
+            ('  unparseable', 'unparseable_rate'),
+            ("  outside the phase's tools", 'not_allowed_rate'))
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
