@@ -90,7 +90,7 @@ def _runner_sft(config: ml_collections.ConfigDict, workdir: str) -> Any:
 
 
 def _run_pretrain(config: ml_collections.ConfigDict, workdir: str, *,
-                  dry_run: bool) -> list[str]:
+                  dry_run: bool, overrides: dict[str, Any]) -> list[str]:
   """The tiny base's pretraining (outside the curriculum: no plan, no markers)."""
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import pretrain  # pylint: disable=g-import-not-at-top
@@ -99,7 +99,7 @@ def _run_pretrain(config: ml_collections.ConfigDict, workdir: str, *,
     raise ValueError('--config=pretrain runs in one process (a CPU stand-in)')
   run_setup.RunSetup.from_config(config)  # a bad section stops a dry run too
   if dry_run:
-    _print_config(config, workdir, {})
+    _print_config(config, workdir, overrides)
     print('plan: pretrain')
     return ['pretrain']
   validation.validate_config(config, check_paths=True)
@@ -206,7 +206,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
   config.workdir = workdir  # what the run uses (the --workdir flag wins), also printed
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   if config.phase == curriculum.PRETRAIN_CONFIG:
-    return _run_pretrain(config, workdir, dry_run=dry_run)
+    return _run_pretrain(config, workdir, dry_run=dry_run, overrides=overrides)
   if config.phase in curriculum.EVAL_CONFIGS + curriculum.AGGREGATE_CONFIGS:
     if distributed.process_count() > 1:
       raise ValueError(f'--config={config.phase}: evaluation runs in one process; start '

@@ -131,19 +131,24 @@ def test_rejected_rate_split_by_cause_hand_case(dev_specs):
         task_steps=len(decisions), tool_calls=0)
 
   # Episode 1: unparseable text, an unknown tool, a tool outside the phase, ∅.
-  # Episode 2: an Add rejected for a missing id (neither), an accepted Add.
+  # Episode 2: an Add rejected for a missing id (neither part); an accepted Add whose
+  # interaction overflowed the budget (accepted: in no part); a rejection whose first
+  # (T_m's) violation is outside-the-tools and a later one a budget overflow; and one
+  # carrying both kinds, counted once, by its first.
   first = internal_dev.episode_record(result(
       decision(0, 'Invalid', False, 'parse'), decision(1, 'Invalid', False, 'unknown_tool'),
       decision(2, 'Filter', False, 'op_not_allowed'), decision(3, 'Null', True)))
   second = internal_dev.episode_record(result(
-      decision(0, 'Add', False, 'missing_id'), decision(1, 'Add', True)))
+      decision(0, 'Add', False, 'missing_id'), decision(1, 'Add', True, 'budget_exceeded'),
+      decision(2, 'Filter', False, 'op_not_allowed', 'budget_exceeded'),
+      decision(3, 'Filter', False, 'parse', 'op_not_allowed')))
   assert (first['rejected'], first['unparseable'], first['not_allowed']) == (3, 2, 1)
-  assert (second['rejected'], second['unparseable'], second['not_allowed']) == (1, 0, 0)
+  assert (second['rejected'], second['unparseable'], second['not_allowed']) == (3, 1, 1)
   out = internal_dev.summary([first, second])
-  # Over the 6 decisions of both episodes: 4 rejected, 2 unparseable, 1 outside.
-  assert out['rejected_rate'] == pytest.approx(4 / 6)
-  assert out['unparseable_rate'] == pytest.approx(2 / 6)
-  assert out['not_allowed_rate'] == pytest.approx(1 / 6)
+  # Over the 8 decisions of both episodes: 6 rejected, 3 unparseable, 2 outside.
+  assert out['rejected_rate'] == pytest.approx(6 / 8)
+  assert out['unparseable_rate'] == pytest.approx(3 / 8)
+  assert out['not_allowed_rate'] == pytest.approx(2 / 8)
 
 
 def test_metric_checks_and_eval_steps():

@@ -183,6 +183,12 @@ def test_cli_dry_run_bare_name_and_override(tmp_path):
   assert "config.scale = 'tiny'" in res.stdout
   assert 'plan: sft -> phase_a -> phase_b' in res.stdout
   assert not os.listdir(tmp_path)  # a dry run writes nothing
+  # Pretraining's dry run lists its overrides too (it printed {} before).
+  res = _cli('--config=pretrain', '--config.pretrain.steps=4400', f'--workdir={tmp_path}',
+             '--dry_run', cwd=tmp_path)
+  assert res.returncode == 0, res.stderr
+  assert "overrides: {'pretrain.steps': 4400}" in res.stdout
+  assert 'plan: pretrain' in res.stdout and not os.listdir(tmp_path)
 
 
 def test_cli_paper_scale_path_form_and_errors(tmp_path):

@@ -79,7 +79,8 @@ def test_rl_summary_block(tmp_path):
   dev_r = next(l for l in lines if l.strip().startswith('r^task') and '0.250' in l)
   assert dev_r.split()[-2:] == ['0.250', '0.500']
   assert re.search(r'dev operation mix, end +∅ 100%', text)
-  # The rejected rate's two causes, indented under it.
+  # The rejected rate's two parts, indented under it, and what they are shares of.
+  assert 'shares of all decisions' in text
   i = next(i for i, l in enumerate(lines) if l.strip().startswith('rejected rate')
            and '0.500' in l)
   assert lines[i + 1].split() == ['unparseable', '0.375', '0.000']
@@ -90,7 +91,7 @@ def test_rl_summary_block(tmp_path):
     text = summaries.phase_summary('phase_a', dict(result, reference_phase=prev),
                                    str(phase_dir), workdir=str(tmp_path))
     lines = text.splitlines()
-    head = next(l for l in lines if 'internal dev' in l)
+    head = next(l for l in lines if l.strip().startswith('internal dev'))
     rows = [l for l in lines[lines.index(head) + 1:] if l.strip()[:1] in 'rmsuo']
     assert f'start (θ {prev})' in head
     for row in rows[:6]:
@@ -110,7 +111,7 @@ def test_rl_summary_end_column_names_the_selected_update(tmp_path):
             'internal_dev/end/num_episodes': 8.0, 'internal_dev/end/r_task': 0.5,
             'internal_dev/end/rejected_rate': 0.125, 'internal_dev/end/step': 2.0}
   lines = summaries.phase_summary('phase_b', result, str(phase_dir)).splitlines()
-  head = next(l for l in lines if 'internal dev' in l)
+  head = next(l for l in lines if l.strip().startswith('internal dev'))
   assert head.rstrip().endswith('start (θ phase_a)  update 2 (selected)')
   rejected = next(l for l in lines if l.strip().startswith('rejected rate')
                   and '0.250' in l)
@@ -119,7 +120,7 @@ def test_rl_summary_end_column_names_the_selected_update(tmp_path):
   # Logs from before the step was recorded: a plain 'end' column.
   del result['internal_dev/end/step']
   lines = summaries.phase_summary('phase_b', result, str(phase_dir)).splitlines()
-  assert next(l for l in lines if 'internal dev' in l).rstrip().endswith(' end')
+  assert next(l for l in lines if l.strip().startswith('internal dev')).rstrip().endswith(' end')
 
 
 def test_rl_summary_shows_the_rejection_preference(tmp_path):

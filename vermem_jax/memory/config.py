@@ -13,10 +13,13 @@ VIOLATION_KINDS = ('parse', 'unknown_tool', 'bad_argument', 'missing_id',
                    'foreign_ref', 'unsupported_write', 'unjustified_delete',
                    'protected_removal', 'context_overflow', 'budget_exceeded',
                    'leakage', 'op_not_allowed')
-# The two commonest causes of a rejection, reported apart in the phase summaries: text
-# that is not a command of a known tool, and a tool outside the phase's set.
-UNPARSEABLE_KINDS = ('parse', 'unknown_tool')
-NOT_ALLOWED_KIND = 'op_not_allowed'
+# The two commonest causes of a rejection, reported apart in the phase summaries, by
+# the kind of T_m's violation (a rejection's first; T_m stops at the first of these
+# three, so a rejection has at most one part): 'unparseable' (text that is not a
+# command, or names no known tool) and 'not_allowed' (a parsed call to a tool outside
+# the phase's set).
+REJECTION_PARTS = {'parse': 'unparseable', 'unknown_tool': 'unparseable',
+                   'op_not_allowed': 'not_allowed'}
 
 
 def document_chunk_tokens(context_budget, max_doc_tokens):

@@ -256,17 +256,17 @@ def update_metrics(decisions: Sequence[RolloutDecision],
                    timings: Mapping[str, float], policy_calls: int,
                    unscored_global: int) -> dict[str, float]:
   """The flat metric summary of an update (`RolloutResult.metrics`): counts, rejected
-  rate (and its share unparseable and outside the phase's tools), mean cost and command length per decision, rejected tool calls (summed over
-  trajectories), reward means per trajectory, op
-  shares, termination shares, stage seconds and the advantage metrics."""
+  rate and its parts unparseable and outside the phase's tools (memory.config
+  .REJECTION_PARTS; shares of all decisions), mean cost and command length per
+  decision, rejected tool calls (summed over trajectories), reward means per
+  trajectory, op shares, termination shares, stage seconds and the advantage
+  metrics."""
   n = max(len(decisions), 1)
   m = {
       'rollout/num_trajectories': float(len(trajectories)),
       'rollout/num_decisions': float(len(decisions)),
       'rollout/policy_calls': float(policy_calls),
       'rollout/rejected_rate': sum(not d.accepted for d in decisions) / n,
-      'rollout/unparseable_rate': _rejected_for(decisions, mconfig.UNPARSEABLE_KINDS) / n,
-      'rollout/not_allowed_rate': _rejected_for(decisions, (mconfig.NOT_ALLOWED_KIND,)) / n,
       'rollout/mean_cost': sum(d.cost for d in decisions) / n,
       'rollout/mean_command_tokens': sum(d.command_tokens for d in decisions) / n,
       'rollout/global_unscored': float(unscored_global),
@@ -280,6 +280,11 @@ def update_metrics(decisions: Sequence[RolloutDecision],
     vals = [v for v in (getattr(t.rewards, name) for t in trajectories)
             if not math.isnan(v)]
     m[f'reward/{name}'] = float(np.mean(vals)) if vals else 0.0
+  # Parts of the rejected rate by the first violation's kind (memory.config).
+  parts = collections.Counter(mconfig.REJECTION_PARTS.get(d.violations[0])
+                              for d in decisions if not d.accepted and d.violations)
+  m['rollout/unparseable_rate'] = parts['unparseable'] / n
+  m['rollout/not_allowed_rate'] = parts['not_allowed'] / n
   ops = collections.Counter(d.op for d in decisions)
   for op, c in sorted(ops.items()):
     m[f'rollout/op_share_{op}'] = c / n
@@ -291,7 +296,3 @@ def update_metrics(decisions: Sequence[RolloutDecision],
   m.update(advantages.metrics)
   return m
 
-
-def _rejected_for(decisions: Sequence[RolloutDecision], kinds: Sequence[str]) -> int:
-  """Rejected decisions with a violation of one of `kinds`."""
-  return sum(not d.accepted and any(k in kinds for k in d.violations) for d in decisions)

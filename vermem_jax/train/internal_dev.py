@@ -10,10 +10,11 @@ scores every trajectory with the reward functions of `rl.rewards`:
   p_aux    = mean constraint cost over the trajectory's decisions (Eq. 16)
   m_ans    = clip(r_task − p_aux, 0, 1) (Eq. 18)
 
-plus the rejected-command rate, split into its two commonest causes (text that is not
-a command, and a tool outside the phase's set), the operation mix (share of decisions
-per op) and the mean decisions / tool calls per episode. No verifier is called, so r^global and m^all
-are not part of it (they need v^coh, v^state).
+plus the rejected-command rate with its two commonest parts (text that is not a
+command, a tool outside the phase's set), the operation mix (share of decisions per op;
+text that starts with a tool's name but does not parse is listed under that tool) and
+the mean decisions / tool calls per episode. No verifier is called, so r^global and
+m^all are not part of it (they need v^coh, v^state).
 
 The internal-dev episodes come from the 10% internal-dev pool (SPEC §4, §7: checkpoint
 selection and monitoring only; never the held-out evaluation). At the tiny scale the
@@ -48,7 +49,6 @@ EPISODE_METRICS = ('r_task', 'r_sup', 'p_aux', 'm_ans', 'rejected_rate',
                    'tool_calls_per_episode')
 
 
-
 def run_dev_episodes(specs: Sequence[episode_types.EpisodeSpec],
                      policy: Callable[[Sequence[str], Any], Sequence[Any]], solver: Any, *,
                      count_tokens: Callable[[str], int], executor_config: Any,
@@ -75,9 +75,9 @@ def run_dev_episodes(specs: Sequence[episode_types.EpisodeSpec],
   Returns:
     One record per episode, in spec order: 'r_task', 'em', 'f1', 'sf_recall', 'm_ans',
     'r_sup', 'p_aux' (floats), 'decisions', 'tool_calls', 'rejected' (ints), of the
-    rejected ones 'unparseable' and 'not_allowed' (ints: a violation of
-    memory.config's UNPARSEABLE_KINDS, of its NOT_ALLOWED_KIND; a decision rejected
-    for another check is in neither), 'ops' (Counter op -> decisions).
+    rejected ones 'unparseable' and 'not_allowed' (ints; memory.config.REJECTION_PARTS:
+    a decision rejected for another check is in neither), 'ops' (Counter op ->
+    decisions).
   Raises:
     ValueError: no specs.
   """
@@ -118,16 +118,17 @@ def episode_record(result: episode_types.EpisodeResult) -> dict[str, Any]:
           'p_aux': p_aux, 'decisions': result.num_decisions,
           'tool_calls': result.tool_calls,
           'rejected': sum(not d.accepted for d in result.decisions),
-          'unparseable': _rejected_for(result.decisions, mconfig.UNPARSEABLE_KINDS),
-          'not_allowed': _rejected_for(result.decisions, (mconfig.NOT_ALLOWED_KIND,)),
+          **_rejection_parts(result.decisions),
           'ops': collections.Counter(d.op for d in result.decisions)}
 
 
-def _rejected_for(decisions: Sequence[episode_types.DecisionRecord],
-                  kinds: Sequence[str]) -> int:
-  """Rejected decisions with a violation of one of `kinds`."""
-  return sum(not d.accepted and any(v.kind in kinds for v in d.violations)
-             for d in decisions)
+def _rejection_parts(decisions: Sequence[episode_types.DecisionRecord]) -> dict[str, int]:
+  """{'unparseable': n, 'not_allowed': n}: rejected decisions by the part
+  (memory.config.REJECTION_PARTS) of their first violation."""
+  parts = collections.Counter(
+      mconfig.REJECTION_PARTS.get(d.violations[0].kind)
+      for d in decisions if not d.accepted and d.violations)
+  return {part: parts[part] for part in ('unparseable', 'not_allowed')}
 
 
 def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -135,8 +136,8 @@ def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
   Returns:
     {'num_episodes', each of EPISODE_METRICS (mean over episodes; rejected_rate,
-    unparseable_rate and not_allowed_rate over decisions), 'op_share/<op>' for every op that occurred (share of decisions,
-    'Invalid' = text naming no tool)}.
+    unparseable_rate and not_allowed_rate: shares of all decisions), 'op_share/<op>'
+    for every op that occurred (share of decisions, 'Invalid' = text naming no tool)}.
   """
   n = len(records)
   decisions = sum(r['decisions'] for r in records)
