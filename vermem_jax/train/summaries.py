@@ -162,12 +162,12 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
                    f'{_fmt(last.get(key)):>14s}')
     lines.append(f'  {"":<{_RL_LABEL_W}s} (share of executable decisions whose A^hier '
                  "is below the rejected ones' mean; '-': no update had both)")
-    lines.append(f'  {"":<{_RL_LABEL_W}s} (the rejected rate\'s parts here and on '
-                 'internal dev: shares of all decisions that were not a command, or named '
-                 'no tool,')
-    lines.append(f'  {"":<{_RL_LABEL_W}s}  and that called a tool the phase does not '
-                 'allow; the operation mix lists text that does not parse under the tool '
-                 'it starts with)')
+    lines.append(f'  {"":<{_RL_LABEL_W}s} (the rejected rate\'s two parts, here and on '
+                 'internal dev, are shares of all decisions: unparseable = text that is '
+                 'not a command or names no tool;')
+    lines.append(f'  {"":<{_RL_LABEL_W}s}  outside = a parsed call to a tool the phase '
+                 'does not allow. The operation mix lists text that does not parse under '
+                 'the tool it starts with)')
     lines.append(f'  {"operation mix, first":<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(first, "rollout/op_share_")}')
     lines.append(f'  {"operation mix, last":<{_RL_LABEL_W}s} '
