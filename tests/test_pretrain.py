@@ -192,6 +192,10 @@ def test_config_errors_name_the_field():
     small_config(task_weights=(0.5, 0.5, 0.5, 0.0, 0.0))
   with pytest.raises(ValueError, match='copy_seq_len'):
     small_config(copy_seq_len=40)
+  # A shortened run names the steps it is checked against, not only the bad value.
+  with pytest.raises(ValueError, match=r'copy_only_steps must be in \[0, steps\] = '
+                                       r'\[0, 3\], got 5'):
+    small_config(copy_only_steps=5)
   with pytest.raises(ValueError, match='pretrain builds the CPU stand-in'):
     common.get_config('pretrain', 'paper')
   c = common.get_config('pretrain')

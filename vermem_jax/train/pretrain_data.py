@@ -117,7 +117,8 @@ class PretrainConfig:
     elif abs(sum(self.task_weights) - 1.0) > 1e-6:
       problems.append(f'task_weights must sum to 1, got {sum(self.task_weights)}')
     if not 0 <= self.copy_only_steps <= self.steps:
-      problems.append(f'copy_only_steps must be in [0, steps], got {self.copy_only_steps}')
+      problems.append(f'copy_only_steps must be in [0, steps] = [0, {self.steps}], got '
+                      f'{self.copy_only_steps}')
     for name in ('steps', 'batch_size', 'seq_len', 'copy_seq_len', 'alphabet',
                  'copy_min_len', 'span_min', 'probe_rows', 'max_consecutive_skips'):
       if getattr(self, name) < 1:
