@@ -4,7 +4,9 @@ Field names equal the keys of `config.memory` in experiments/configs, so the con
 layer builds it as `ExecutorConfig(**config.memory)`.
 """
 
+import collections
 import dataclasses
+from typing import Iterable
 
 from vermem_jax.memory import commands
 
@@ -20,6 +22,13 @@ VIOLATION_KINDS = ('parse', 'unknown_tool', 'bad_argument', 'missing_id',
 # the phase's set).
 REJECTION_PARTS = {'parse': 'unparseable', 'unknown_tool': 'unparseable',
                    'op_not_allowed': 'not_allowed'}
+
+
+def rejection_parts(first_kinds: Iterable[str]) -> dict[str, int]:
+  """{'unparseable': n, 'not_allowed': n} (REJECTION_PARTS) over the first violation
+  kinds of rejected decisions; a kind of neither part counts in neither."""
+  parts = collections.Counter(REJECTION_PARTS.get(kind) for kind in first_kinds)
+  return {part: parts[part] for part in ('unparseable', 'not_allowed')}
 
 
 def document_chunk_tokens(context_budget, max_doc_tokens):

@@ -280,11 +280,10 @@ def update_metrics(decisions: Sequence[RolloutDecision],
     vals = [v for v in (getattr(t.rewards, name) for t in trajectories)
             if not math.isnan(v)]
     m[f'reward/{name}'] = float(np.mean(vals)) if vals else 0.0
-  # Parts of the rejected rate by the first violation's kind (memory.config).
-  parts = collections.Counter(mconfig.REJECTION_PARTS.get(d.violations[0])
-                              for d in decisions if not d.accepted and d.violations)
-  m['rollout/unparseable_rate'] = parts['unparseable'] / n
-  m['rollout/not_allowed_rate'] = parts['not_allowed'] / n
+  parts = mconfig.rejection_parts(d.violations[0] for d in decisions
+                                  if not d.accepted and d.violations)
+  for part, count in parts.items():
+    m[f'rollout/{part}_rate'] = count / n
   ops = collections.Counter(d.op for d in decisions)
   for op, c in sorted(ops.items()):
     m[f'rollout/op_share_{op}'] = c / n
@@ -295,4 +294,3 @@ def update_metrics(decisions: Sequence[RolloutDecision],
     m[f'time/{key}_s'] = float(value)
   m.update(advantages.metrics)
   return m
-

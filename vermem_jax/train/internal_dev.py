@@ -118,17 +118,9 @@ def episode_record(result: episode_types.EpisodeResult) -> dict[str, Any]:
           'p_aux': p_aux, 'decisions': result.num_decisions,
           'tool_calls': result.tool_calls,
           'rejected': sum(not d.accepted for d in result.decisions),
-          **_rejection_parts(result.decisions),
+          **mconfig.rejection_parts(d.violations[0].kind for d in result.decisions
+                                    if not d.accepted and d.violations),
           'ops': collections.Counter(d.op for d in result.decisions)}
-
-
-def _rejection_parts(decisions: Sequence[episode_types.DecisionRecord]) -> dict[str, int]:
-  """{'unparseable': n, 'not_allowed': n}: rejected decisions by the part
-  (memory.config.REJECTION_PARTS) of their first violation."""
-  parts = collections.Counter(
-      mconfig.REJECTION_PARTS.get(d.violations[0].kind)
-      for d in decisions if not d.accepted and d.violations)
-  return {part: parts[part] for part in ('unparseable', 'not_allowed')}
 
 
 def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -144,12 +136,9 @@ def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   out = {'num_episodes': float(n)}
   for key in ('r_task', 'r_sup', 'p_aux', 'm_ans'):
     out[key] = float(np.mean([r[key] for r in records]))
-  out.update({'rejected_rate': sum(r['rejected'] for r in records) / max(decisions, 1),
-              'unparseable_rate': (sum(r['unparseable'] for r in records)
-                                   / max(decisions, 1)),
-              'not_allowed_rate': (sum(r['not_allowed'] for r in records)
-                                   / max(decisions, 1)),
-              'decisions_per_episode': decisions / n,
+  for key in ('rejected', 'unparseable', 'not_allowed'):
+    out[f'{key}_rate'] = sum(r[key] for r in records) / max(decisions, 1)
+  out.update({'decisions_per_episode': decisions / n,
               'tool_calls_per_episode': sum(r['tool_calls'] for r in records) / n})
   out.update(op_shares(sum((r['ops'] for r in records), collections.Counter())))
   return out
