@@ -219,7 +219,7 @@ def test_tc_counts_executed_calls_only_rejected_and_unparseable_apart(examples):
   assert rec['rejected_calls'] == 1 and rec['unparseable'] == 1
   assert rec['decisions'] == len(ops) and len(ops) > 3
   assert 'invalid' not in rec and 'tc_executed' not in rec
-  assert rec['op_counts'] == {'Add': 1, metrics.UNPARSEABLE: 1,
+  assert rec['op_counts'] == {'Add': 1, episode_types.UNPARSEABLE: 1,
                               'Null': len(ops) - 3, 'Filter': 1}
   summary = metrics.summarize([rec, metrics.episode_record(
       _run([spec], episodes.base_policy, RecordingLLMSolver())[0], policy='base',

@@ -196,6 +196,13 @@ def test_config_errors_name_the_field():
   with pytest.raises(ValueError, match=r'copy_only_steps must be in \[0, steps\] = '
                                        r'\[0, 3\], got 5'):
     small_config(copy_only_steps=5)
+  # From the config section, the message names the section once.
+  section = common.get_config('pretrain').pretrain.to_dict()
+  section.update(steps=10, copy_only_steps=1000)
+  with pytest.raises(ValueError) as e:
+    pd.PretrainConfig.from_section(section)
+  assert str(e.value) == ('config.pretrain: copy_only_steps must be in [0, steps] = '
+                          '[0, 10], got 1000'), str(e.value)
   with pytest.raises(ValueError, match='pretrain builds the CPU stand-in'):
     common.get_config('pretrain', 'paper')
   c = common.get_config('pretrain')

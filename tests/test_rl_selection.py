@@ -57,15 +57,19 @@ def test_reference_commands_score_higher_than_null(dev_specs):
 
 
 def test_dev_op_shares_count_every_decision(dev_specs):
-  """dev/op_share/<op> against a count over the same episodes run directly."""
+  """dev/op_share/<kind> against a count over the same episodes run directly: a tool
+  call under its tool, ∅ as Null, and text that is not a command (naming no tool, or a
+  tool with a broken argument list) as Unparseable, as the evaluation counts it."""
   specs, dev = dev_specs
   oracle = ts.OracleEvidenceReader.from_examples(dev)
   cfg = mconfig.ExecutorConfig(phase='B', context_budget=2048, policy_input_limit=4096)
   calls = []
 
-  def policy(xs, rng):  # junk (Invalid), then Retrieve, then ∅, by call
+  texts = ('junk', 'Retrieve(query="capital")', 'Retrieve("capital")', '∅')
+
+  def policy(xs, rng):  # the four texts in turn, by call and episode
     calls.append(len(xs))
-    return [('junk', 'Retrieve("capital")', '∅')[(len(calls) - 1) % 3]] * len(xs)
+    return [texts[(len(calls) - 1 + i) % len(texts)] for i in range(len(xs))]
   out = rl_selection.dev_evaluation(specs, policy, oracle, count_tokens=count,
                                     executor_config=cfg, env_config=episode_types.EnvConfig(),
                                     seed=0, metric='r_task')
@@ -73,11 +77,17 @@ def test_dev_op_shares_count_every_decision(dev_specs):
   results = env.run_episodes(list(specs), lambda xs: policy(xs, None), oracle,
                              count_tokens=count, executor_config=cfg,
                              env_config=episode_types.EnvConfig())
-  ops = [d.op for r in results for d in r.decisions]
+  decisions = [d for r in results for d in r.decisions]
+  kind_of = {'junk': 'Unparseable', 'Retrieve(query="capital")': 'Retrieve',
+             'Retrieve("capital")': 'Unparseable', '∅': 'Null'}
+  kinds = [kind_of[d.policy_output.text] for d in decisions]
+  # The executor files the broken call under the tool it names; the mix does not.
+  assert {d.op for d in decisions if d.policy_output.text == 'Retrieve("capital")'} == {
+      'Retrieve'}
   shares = {k[len('dev/op_share/'):]: v for k, v in out.items()
             if k.startswith('dev/op_share/')}
-  assert shares == {op: pytest.approx(ops.count(op) / len(ops)) for op in set(ops)}
-  assert 'Invalid' in shares and sum(shares.values()) == pytest.approx(1.0)
+  assert shares == {k: pytest.approx(kinds.count(k) / len(kinds)) for k in set(kinds)}
+  assert set(shares) == {'Unparseable', 'Retrieve', 'Null'}, (len(decisions), shares)
 
 
 def test_episode_scores_hand_case(dev_specs):
@@ -103,7 +113,7 @@ def test_episode_scores_hand_case(dev_specs):
   assert s['em'] == 1.0 and s['f1'] == 1.0 and s['r_task'] == 1.0
   assert s['m_ans'] == pytest.approx(0.5)  # 1 - mean cost (1 + 0) / 2
   assert s['p_aux'] == pytest.approx(0.5) and s['rejected'] == 1
-  assert s['decisions'] == 2 and dict(s['ops']) == {'Invalid': 1, 'Null': 1}
+  assert s['decisions'] == 2 and dict(s['ops']) == {'Unparseable': 1, 'Null': 1}
   # The rejected one carries no violation here, so it is neither unparseable nor
   # outside the tools.
   assert s['unparseable'] == 0 and s['not_allowed'] == 0

@@ -436,6 +436,14 @@ def test_rejected_rate_is_split_by_cause(scripted, tok, oracle):
   assert res.metrics["rollout/rejected_rate"] == pytest.approx(3 * len(specs) / n)
   assert res.metrics["rollout/unparseable_rate"] == pytest.approx(len(specs) / n)
   assert res.metrics["rollout/not_allowed_rate"] == pytest.approx(len(specs) / n)
+  # The operation mix: the broken Filter as Unparseable (not under Filter), the Add and
+  # the SelectEpisode under their tools although rejected, every other decision ∅.
+  shares = {k[len("rollout/op_share_"):]: v for k, v in res.metrics.items()
+            if k.startswith("rollout/op_share_")}
+  assert shares == {"Unparseable": pytest.approx(len(specs) / n),
+                    "Add": pytest.approx(len(specs) / n),
+                    "SelectEpisode": pytest.approx(len(specs) / n),
+                    "Null": pytest.approx(1 - 3 * len(specs) / n)}
 
 
 def test_global_verifier_gets_labels_local_does_not(scripted, monkeypatch, tok, oracle):

@@ -94,6 +94,7 @@ from experiments.cli import phase_plan  # noqa: E402
 from experiments.cli import workdir_lock  # noqa: E402
 from experiments.configs import common  # noqa: E402
 from experiments.configs.parts import curriculum  # noqa: E402
+from vermem_jax.envs import episode_types  # noqa: E402
 from vermem_jax.memory import commands as mcommands  # noqa: E402
 from vermem_jax.rl import advantages  # noqa: E402
 from vermem_jax.train import checkpoint_values
@@ -123,7 +124,7 @@ DEV_FIELDS = ('episodes.num_dev', 'rl.eval_every', 'rl.eval_episodes',
               'rl.internal_dev_episodes')
 SFT_KEYS = ('tool_accuracy', 'executable_rate', 'executable_rate_non_null', 'exact_match')
 SFT_GOALS = {'tool_accuracy': 0.85, 'exact_match': 0.5}  # issue 22, every class
-OPS = mcommands.ALL_OPS + ('Invalid',)
+OPS = mcommands.ALL_OPS + (episode_types.UNPARSEABLE,)
 
 Overrides = Sequence[tuple[str, Any]]
 

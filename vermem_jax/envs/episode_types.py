@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 from vermem_jax import config_util
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import task_solvers
+from vermem_jax.memory import commands as mcommands
 from vermem_jax.memory import executor as mexec
 from vermem_jax.memory import state as mstate
 
@@ -281,6 +282,27 @@ class EpisodeResult:
   def constraint_costs(self) -> tuple[float, ...]:
     return tuple(d.cost for d in self.decisions)
 
+
+
+# The operation-mix name of a decision whose text is not a command. 'Invalid' (the op
+# the executor records for it) is not used: on the interactive benchmarks an invalid
+# action is one the environment refused.
+UNPARSEABLE = 'Unparseable'
+
+
+def decision_kind(d) -> str:
+  """The operation-mix name of one decision (every op mix: RL rollouts, internal dev,
+  evaluation): its tool when it is a tool call (executed or rejected, a tool outside
+  the phase's set included), 'Null' for an accepted ∅, `UNPARSEABLE` for text that is
+  not a command, whatever tool name it starts with.
+
+  Args:
+    d: a decision with `op`, `accepted` and `is_tool_call` (DecisionRecord,
+      rl.rollout_records.RolloutDecision).
+  """
+  if d.is_tool_call or (d.op == mcommands.NULL and d.accepted):
+    return d.op
+  return UNPARSEABLE
 
 
 # b_t of a decision before the query is posed: no solver call, nothing recorded in H.

@@ -24,7 +24,7 @@ dict (one JSONL line) that keeps everything a figure needs:
   unparseable     decisions whose text is not a command (no known tool, a malformed
                   argument list); neither tc nor rejected_calls;
   decisions, op_counts (a tool call under its tool, executed or rejected; a valid ∅
-                  as Null; unparseable text as `UNPARSEABLE`);
+                  as Null; unparseable text as `episode_types.UNPARSEABLE`);
   final_ltm       contents of the active terminal LTM entries (what MQ judges);
   success         the benchmark's success flag: HotpotQA `success_flag`; on the
                   interactive benchmarks the environment's own (EpisodeResult.success);
@@ -52,7 +52,6 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from vermem_jax.envs import answer_metrics
 from vermem_jax.envs import episode_types
-from vermem_jax.memory import commands
 
 # Success rules for HotpotQA episodes (config `eval.success_rule`).
 SUCCESS_RULES = ('auto', 'em', 'judge')
@@ -68,17 +67,6 @@ SE_FIELDS = ('em', 'f1', 'j_judge', 'mq', 'sf_recall', 'tn', 'tc', 'rejected_cal
 # Summary keys of the summed `eval.recovery` counts: recovery_states,
 # recovery_select_accepted, ...
 RECOVERY_PREFIX = 'recovery_'
-# The op-mix name of a decision whose text is not a command. 'Invalid' is not used:
-# on the interactive benchmarks an invalid action is one the environment refused.
-UNPARSEABLE = 'Unparseable'
-
-
-def decision_kind(d: episode_types.DecisionRecord) -> str:
-  """The op-mix name of one decision: its tool when it is a tool call (executed or
-  rejected), 'Null' for an accepted ∅, `UNPARSEABLE` for text that is not a command."""
-  if d.is_tool_call or (d.op == commands.NULL and d.accepted):
-    return d.op
-  return UNPARSEABLE
 
 
 def decision_row(d: episode_types.DecisionRecord) -> dict[str, Any]:
@@ -120,9 +108,7 @@ def episode_record(result: episode_types.EpisodeResult, *, policy: str, seed: in
             'progress': float(result.progress), 'env_steps': int(result.env_steps),
             'invalid_actions': sum(d.env_step is not None and not d.env_step.info.get(
                 'valid', True) for d in result.decisions)}
-  # A tool call (executed or rejected) under its tool, a valid ∅ as Null, and text
-  # that does not parse as a command as Unparseable, whatever name it starts with.
-  ops = collections.Counter(decision_kind(d) for d in result.decisions)
+  ops = collections.Counter(episode_types.decision_kind(d) for d in result.decisions)
   return {
       **task, 'episode_id': result.spec.episode_id, 'policy': policy,
       'seed': int(seed), 'budget': budget, 'answer': answer,
@@ -133,7 +119,7 @@ def episode_record(result: episode_types.EpisodeResult, *, policy: str, seed: in
       'tn_solver': result.solver_input_tokens + result.solver_output_tokens,
       # EpisodeResult.tool_calls counts executed non-null calls: the paper's TC.
       'tc': result.tool_calls, 'rejected_calls': result.rejected_tool_calls,
-      'unparseable': ops.get(UNPARSEABLE, 0),
+      'unparseable': ops.get(episode_types.UNPARSEABLE, 0),
       'decisions': result.num_decisions,
       'op_counts': dict(sorted(ops.items())),
       'final_ltm': [e.content for e in result.final_state.active_entries()],

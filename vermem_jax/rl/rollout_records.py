@@ -284,7 +284,7 @@ def update_metrics(decisions: Sequence[RolloutDecision],
                                   if not d.accepted and d.violations)
   for part, count in parts.items():
     m[f'rollout/{part}_rate'] = count / n
-  ops = collections.Counter(d.op for d in decisions)
+  ops = collections.Counter(episode_types.decision_kind(d) for d in decisions)
   for op, c in sorted(ops.items()):
     m[f'rollout/op_share_{op}'] = c / n
   ends = collections.Counter(t.terminated_by for t in trajectories)

@@ -11,8 +11,9 @@ scores every trajectory with the reward functions of `rl.rewards`:
   m_ans    = clip(r_task − p_aux, 0, 1) (Eq. 18)
 
 plus the rejected-command rate with its two commonest parts (text that is not a
-command, a tool outside the phase's set), the operation mix (share of decisions per op;
-text that starts with a tool's name but does not parse is listed under that tool) and
+command, a tool outside the phase's set), the operation mix (share of decisions per
+`episode_types.decision_kind`: a tool call under its tool, text that is not a command as
+Unparseable, as in the evaluation's tables) and
 the mean decisions / tool calls per episode. No verifier is called, so r^global and
 m^all are not part of it (they need v^coh, v^state).
 
@@ -120,7 +121,8 @@ def episode_record(result: episode_types.EpisodeResult) -> dict[str, Any]:
           'rejected': sum(not d.accepted for d in result.decisions),
           **mconfig.rejection_parts(d.violations[0].kind for d in result.decisions
                                     if not d.accepted and d.violations),
-          'ops': collections.Counter(d.op for d in result.decisions)}
+          'ops': collections.Counter(episode_types.decision_kind(d)
+                                     for d in result.decisions)}
 
 
 def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -129,7 +131,7 @@ def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
   Returns:
     {'num_episodes', each of EPISODE_METRICS (mean over episodes; rejected_rate,
     unparseable_rate and not_allowed_rate: shares of all decisions), 'op_share/<op>'
-    for every op that occurred (share of decisions, 'Invalid' = text naming no tool)}.
+    for every kind that occurred (share of decisions, episode_types.decision_kind)}.
   """
   n = len(records)
   decisions = sum(r['decisions'] for r in records)
@@ -145,8 +147,9 @@ def summary(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def op_shares(ops: Mapping[str, int]) -> dict[str, float]:
-  """{'op_share/<op>': count / total} for every op counted in `ops` (op -> number of
-  decisions; 'Invalid' = text naming no tool), in ALL_OPS order; {} without decisions.
+  """{'op_share/<op>': count / total} for every kind counted in `ops` (decision kind ->
+  number of decisions, episode_types.decision_kind), in ALL_OPS order, Unparseable
+  last; {} without decisions.
   The shares sum to 1."""
   total = sum(ops.values())
   return {f'op_share/{op}': ops[op] / total
@@ -159,7 +162,7 @@ def _op_order(op: str) -> tuple[int, str]:
 
 
 def op_mix(metrics: Mapping[str, float], prefix: str = 'op_share/') -> str:
-  """'Add 40%, Null 35%, Invalid 25%' from a metrics dict's `<prefix><op>` shares
+  """'Add 40%, ∅ 35%, Unparseable 25%' from a metrics dict's `<prefix><op>` shares
   (largest first); '-' when there are none."""
   shares = [(k[len(prefix):], float(v)) for k, v in metrics.items()
             if k.startswith(prefix) and v is not None and float(v) > 0]

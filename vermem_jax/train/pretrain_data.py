@@ -136,8 +136,8 @@ class PretrainConfig:
       problems.append(f'learning_rate must be finite and > 0, got {self.learning_rate}')
     if not 0.0 < self.curriculum_start <= 1.0:
       problems.append(f'curriculum_start must be in (0, 1], got {self.curriculum_start}')
-    if problems:
-      raise ValueError('pretrain: ' + '; '.join(problems))
+    if problems:  # from_section puts `config.pretrain: ` in front
+      raise ValueError('; '.join(problems))
 
   @classmethod
   def from_section(cls, section: Mapping[str, Any]) -> 'PretrainConfig':

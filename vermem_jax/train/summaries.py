@@ -166,8 +166,8 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
                  'internal dev, are shares of all decisions: unparseable = text that is '
                  'not a command or names no tool;')
     lines.append(f'  {"":<{_RL_LABEL_W}s}  outside = a parsed call to a tool the phase '
-                 'does not allow. The operation mix lists text that does not parse under '
-                 'the tool it starts with)')
+                 'does not allow; the operation mix lists the first as Unparseable and '
+                 'the second under its tool)')
     lines.append(f'  {"operation mix, first":<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(first, "rollout/op_share_")}')
     lines.append(f'  {"operation mix, last":<{_RL_LABEL_W}s} '
