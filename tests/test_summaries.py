@@ -17,7 +17,7 @@ def _rl_rows(n):
   for step in range(1, n + 1):
     rows.append({'step': step, 'reward/r_task': step / n, 'reward/r_global': 0.5,
                  'reward/m_ans': step / (2 * n), 'rollout/rejected_rate': 1 - step / n,
-                 'rollout/op_share_Add': step / n, 'rollout/op_share_Invalid': 1 - step / n})
+                 'rollout/op_share_Add': step / n, 'rollout/op_share_Unparseable': 1 - step / n})
   return rows
 
 
@@ -43,8 +43,8 @@ def test_window_means_first_and_last():
 
 def test_op_mix_orders_by_share_and_names_null():
   mix = internal_dev.op_mix({'op_share/Null': 0.25, 'op_share/Add': 0.5,
-                             'op_share/Invalid': 0.25, 'op_share/Delete': 0.0, 'x': 1})
-  assert mix == 'Add 50%, ∅ 25%, Invalid 25%'
+                             'op_share/Unparseable': 0.25, 'op_share/Delete': 0.0, 'x': 1})
+  assert mix == 'Add 50%, ∅ 25%, Unparseable 25%'
   assert internal_dev.op_mix({}) == '-'
 
 
@@ -74,7 +74,7 @@ def test_rl_summary_block(tmp_path):
   assert 'updates 1-3' in text and 'updates 4-6' in text
   r_task = next(l for l in lines if l.strip().startswith('r^task') and '0.333' in l)
   assert r_task.split()[-2:] == ['0.333', '0.833']  # (1+2+3)/18, (4+5+6)/18
-  assert 'Add 83%, Invalid 17%' in text  # last window: shares 4/6, 5/6, 6/6 of Add
+  assert 'Add 83%, Unparseable 17%' in text  # last window: shares 4/6, 5/6, 6/6 of Add
   assert 'internal dev (8 ep., greedy)' in text and 'start (θ sft)' in text
   dev_r = next(l for l in lines if l.strip().startswith('r^task') and '0.250' in l)
   assert dev_r.split()[-2:] == ['0.250', '0.500']
@@ -159,7 +159,9 @@ def test_sft_summary_block(tmp_path):
             'tool_accuracy/Add': 0.625, 'exact_match/Add': 0.125,
             'tool_accuracy/Null': 1.0, 'exact_match/Null': 1.0,
             'predicted/Add/Add': 0.625, 'predicted/Add/Null': 0.25,
-            'predicted/Add/Invalid': 0.125, 'predicted/Null/Null': 1.0}
+            'predicted/Add/Invalid': 0.125, 'predicted/Null/Null': 1.0,
+            'tool_accuracy/Update': 0.0, 'exact_match/Update': 0.0,
+            'predicted/Update/Invalid': 0.75, 'predicted/Update/Null': 0.25}
   text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
   assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text
   assert re.search(r'\n  dev tool accuracy +0\.500\n', text)
@@ -168,4 +170,7 @@ def test_sft_summary_block(tmp_path):
   # The most frequent wrong prediction of a class and its share; none for ∅.
   assert any(l.split() == ['Add', '0.62', '0.12', '∅', '0.25'] for l in text.splitlines())
   assert any(l.split() == ['∅', '1.00', '1.00'] for l in text.splitlines())
-  assert 'Update' not in text  # classes without a figure are left out
+  # Unparseable text is named as the operation mixes name it.
+  assert any(l.split() == ['Update', '0.00', '0.00', 'Unparseable', '0.75']
+             for l in text.splitlines())
+  assert 'Delete' not in text  # classes without a figure are left out

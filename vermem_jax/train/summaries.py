@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
@@ -61,8 +62,9 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _op_name(op: str) -> str:
-  return '∅' if op == mcommands.NULL else ('unparseable' if op == mcommands.INVALID_OP
-                                           else op)
+  """An SFT class or prediction as the operation mixes name it (∅, Unparseable)."""
+  return '∅' if op == mcommands.NULL else (episode_types.UNPARSEABLE
+                                           if op == mcommands.INVALID_OP else op)
 
 
 def _instead(result: Mapping[str, Any], op: str) -> str:
