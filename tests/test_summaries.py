@@ -74,7 +74,10 @@ def test_rl_summary_block(tmp_path):
   assert 'updates 1-3' in text and 'updates 4-6' in text
   r_task = next(l for l in lines if l.strip().startswith('r^task') and '0.333' in l)
   assert r_task.split()[-2:] == ['0.333', '0.833']  # (1+2+3)/18, (4+5+6)/18
-  assert 'Add 83%, Unparseable 17%' in text  # last window: shares 4/6, 5/6, 6/6 of Add
+  # Each mix is labelled with the window it averages: shares 1/6-3/6 and 4/6-6/6 of Add.
+  assert [l.strip() for l in lines if l.strip().startswith('operation mix')] == [
+      'operation mix, updates 1-3    Unparseable 67%, Add 33%',
+      'operation mix, updates 4-6    Add 83%, Unparseable 17%']
   assert 'internal dev (8 ep., greedy)' in text and 'start (θ sft)' in text
   dev_r = next(l for l in lines if l.strip().startswith('r^task') and '0.250' in l)
   assert dev_r.split()[-2:] == ['0.250', '0.500']

@@ -56,7 +56,8 @@ COLUMN_NOTES = (
     ('tc', 'TC: executed non-null memory-tool calls per episode (the paper\'s TC); '
            '∅, rejected calls and unparseable text are not counted'),
     ('rejected_calls', 'rejected calls: tool calls per episode that T_m rejected (a '
-                       'failed id, argument or budget check)'),
+                       "tool outside the policy's set, or a failed id, argument or "
+                       'budget check)'),
     ('unparseable', 'unparseable: decisions per episode whose text is not a command'),
     ('sr_at_budget', 'SR@B* %: success rate at the token budget B* (eval.target_budget) '
                      'on the success-vs-TN frontier (frontier.png)'),

@@ -168,11 +168,13 @@ def rl_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
                  'internal dev, are shares of all decisions: unparseable = text that is '
                  'not a command or names no tool;')
     lines.append(f'  {"":<{_RL_LABEL_W}s}  outside = a parsed call to a tool the phase '
-                 'does not allow; the operation mix lists the first as Unparseable and '
-                 'the second under its tool)')
-    lines.append(f'  {"operation mix, first":<{_RL_LABEL_W}s} '
+                 "does not allow; the rest of the rate failed T_m's id, argument or "
+                 'budget checks.')
+    lines.append(f'  {"":<{_RL_LABEL_W}s}  The operation mix lists the first as '
+                 'Unparseable and the second under its tool)')
+    lines.append(f'  {"operation mix, " + head_a:<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(first, "rollout/op_share_")}')
-    lines.append(f'  {"operation mix, last":<{_RL_LABEL_W}s} '
+    lines.append(f'  {"operation mix, " + head_b:<{_RL_LABEL_W}s} '
                  f'{internal_dev.op_mix(last, "rollout/op_share_")}')
   start = _prefixed(result, 'internal_dev/start/')
   end = _prefixed(result, 'internal_dev/end/')
