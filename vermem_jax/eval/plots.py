@@ -28,6 +28,9 @@ BAR_METRICS = (
     ('rejected_calls', 'rejected tool calls / episode', 1.0),
     ('unparseable', 'unparseable decisions / episode', 1.0),
 )
+# Marker and dash pattern of the i-th frontier curve (cycled).
+_MARKERS = ('o', 's', 'D', '^', 'v', 'P', 'X')
+_DASHES = ('-', '--', '-.', ':', (0, (5, 1, 1, 1)))
 
 
 def _pyplot():
@@ -46,11 +49,14 @@ def plot_frontier(agg: Mapping[str, Mapping[str, Any]], path: str, *,
     return None
   plt = _pyplot()
   fig, ax = plt.subplots(figsize=(6.4, 4.2))
-  for p, fr in curves.items():
+  for i, (p, fr) in enumerate(curves.items()):
     b = fr['budgets']
     mean = fr['mean']
     std = fr['std']
-    (line,) = ax.plot(b, mean, marker='o', ms=3, label=p)
+    # Policies often tie (a flat frontier at one success rate): a marker and a dash
+    # pattern of their own keep a curve visible under another.
+    (line,) = ax.plot(b, mean, marker=_MARKERS[i % len(_MARKERS)], ms=4 + i % 3,
+                      ls=_DASHES[i % len(_DASHES)], label=p)
     ax.fill_between(b, [m - s for m, s in zip(mean, std)],
                     [m + s for m, s in zip(mean, std)], color=line.get_color(),
                     alpha=0.2, linewidth=0)
