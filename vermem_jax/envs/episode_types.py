@@ -283,7 +283,6 @@ class EpisodeResult:
     return tuple(d.cost for d in self.decisions)
 
 
-
 # The operation-mix name of a decision whose text is not a command. 'Invalid' (the op
 # the executor records for it) is not used: on the interactive benchmarks an invalid
 # action is one the environment refused.

@@ -12,10 +12,10 @@ scores every trajectory with the reward functions of `rl.rewards`:
 
 plus the rejected-command rate with its two commonest parts (text that is not a
 command, a tool outside the phase's set), the operation mix (share of decisions per
-`episode_types.decision_kind`: a tool call under its tool, text that is not a command as
-Unparseable, as in the evaluation's tables) and
-the mean decisions / tool calls per episode. No verifier is called, so r^global and
-m^all are not part of it (they need v^coh, v^state).
+`episode_types.decision_kind`: a tool call under its tool, text that is not a command
+as Unparseable, as in the evaluation's tables) and the mean decisions / tool calls per
+episode. No verifier is called, so r^global and m^all are not part of it (they need
+v^coh, v^state).
 
 The internal-dev episodes come from the 10% internal-dev pool (SPEC §4, §7: checkpoint
 selection and monitoring only; never the held-out evaluation). At the tiny scale the
@@ -77,8 +77,8 @@ def run_dev_episodes(specs: Sequence[episode_types.EpisodeSpec],
     One record per episode, in spec order: 'r_task', 'em', 'f1', 'sf_recall', 'm_ans',
     'r_sup', 'p_aux' (floats), 'decisions', 'tool_calls', 'rejected' (ints), of the
     rejected ones 'unparseable' and 'not_allowed' (ints; memory.config.REJECTION_PARTS:
-    a decision rejected for another check is in neither), 'ops' (Counter op ->
-    decisions).
+    a decision rejected for another check is in neither), 'ops' (Counter
+    episode_types.decision_kind -> decisions).
   Raises:
     ValueError: no specs.
   """
@@ -169,8 +169,12 @@ def op_mix(metrics: Mapping[str, float], prefix: str = 'op_share/') -> str:
   if not shares:
     return '-'
   shares.sort(key=lambda kv: (-kv[1], _op_order(kv[0])))
-  return ', '.join(f'{_op_name(op)} {100 * s:.0f}%' for op, s in shares)
+  return ', '.join(f'{op_label(op)} {100 * s:.0f}%' for op, s in shares)
 
 
-def _op_name(op: str) -> str:
-  return '∅' if op == mcommands.NULL else op
+def op_label(op: str) -> str:
+  """How summaries print an op or decision kind: ∅ for Null, `episode_types.UNPARSEABLE`
+  for the executor's 'Invalid' (SFT predictions), any other name as it is."""
+  if op == mcommands.NULL:
+    return '∅'
+  return episode_types.UNPARSEABLE if op == mcommands.INVALID_OP else op

@@ -32,7 +32,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from vermem_jax.envs import episode_types
 from vermem_jax.memory import commands as mcommands
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
@@ -61,12 +60,6 @@ def _fmt(value: Any, digits: int = 3) -> str:
   return 'n/a' if math.isnan(value) else f'{value:.{digits}f}'
 
 
-def _op_name(op: str) -> str:
-  """An SFT class or prediction as the operation mixes name it (∅, Unparseable)."""
-  return '∅' if op == mcommands.NULL else (episode_types.UNPARSEABLE
-                                           if op == mcommands.INVALID_OP else op)
-
-
 def _instead(result: Mapping[str, Any], op: str) -> str:
   """The wrong prediction most frequent for target `op` and its share ('' if none),
   from `sft_eval.dev_metrics`' 'predicted/<op>/<pred op>' figures."""
@@ -76,7 +69,7 @@ def _instead(result: Mapping[str, Any], op: str) -> str:
   if not wrong:
     return ''
   share, pred = max(wrong)
-  return f'{_op_name(pred)} {share:.2f}'
+  return f'{internal_dev.op_label(pred)} {share:.2f}'
 
 
 def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
@@ -101,7 +94,7 @@ def sft_summary(result: Mapping[str, Any], phase_dir: str) -> str:
     acc = r.get(f'tool_accuracy/{op}')
     if acc is None:
       continue
-    lines.append(f'  {_op_name(op):<14s} {_fmt(acc, 2):>8s} '
+    lines.append(f'  {internal_dev.op_label(op):<14s} {_fmt(acc, 2):>8s} '
                  f'{_fmt(r.get(f"exact_match/{op}"), 2):>7s}   {_instead(r, op)}'.rstrip())
   lines.append(f'  logs: {os.path.join(phase_dir, metrics_lib.METRICS_FILE)}, '
                f'TensorBoard events in {phase_dir}; the dev predictions in '
