@@ -36,7 +36,7 @@ def test_dev_metrics_on_hand_made_predictions(records, tok):
   assert m['tool_accuracy/Add'] == pytest.approx(1 / 3)
   # What each class was predicted as: Add -> Add, unparseable, ∅ (a third each).
   assert {k: v for k, v in m.items() if k.startswith('predicted/Add/')} == {
-      'predicted/Add/Add': pytest.approx(1 / 3), 'predicted/Add/Invalid': pytest.approx(1 / 3),
+      'predicted/Add/Add': pytest.approx(1 / 3), 'predicted/Add/Unparseable': pytest.approx(1 / 3),
       'predicted/Add/Null': pytest.approx(1 / 3)}
   assert m['predicted/Update/Retrieve'] == 1.0
   assert m['num_dev'] == 6
@@ -74,5 +74,5 @@ def test_write_predictions_one_line_per_record(records, tok, tmp_path):
   assert [r['prediction'] for r in rows] == preds
   assert [r['template'] for r in rows] == [r.template for r in dev]
   assert rows[0]['exact'] and rows[0]['predicted_op'] == dev[0].op
-  assert rows[1]['predicted_op'] == 'Invalid' and not rows[1]['accepted']
+  assert rows[1]['predicted_op'] == 'Unparseable' and not rows[1]['accepted']
   assert {r['step'] for r in rows} == {7}

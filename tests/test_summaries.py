@@ -162,8 +162,9 @@ def test_sft_summary_block(tmp_path):
             'tool_accuracy/Add': 0.625, 'exact_match/Add': 0.125,
             'tool_accuracy/Null': 1.0, 'exact_match/Null': 1.0,
             'predicted/Add/Add': 0.625, 'predicted/Add/Null': 0.25,
-            'predicted/Add/Invalid': 0.125, 'predicted/Null/Null': 1.0,
+            'predicted/Add/Unparseable': 0.125, 'predicted/Null/Null': 1.0,
             'tool_accuracy/Update': 0.0, 'exact_match/Update': 0.0,
+            # A run written before SFT said 'Unparseable' has 'Invalid': printed the same.
             'predicted/Update/Invalid': 0.75, 'predicted/Update/Null': 0.25}
   text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
   assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text

@@ -174,7 +174,8 @@ def op_mix(metrics: Mapping[str, float], prefix: str = 'op_share/') -> str:
 
 def op_label(op: str) -> str:
   """How summaries print an op or decision kind: ∅ for Null, `episode_types.UNPARSEABLE`
-  for the executor's 'Invalid' (SFT predictions), any other name as it is."""
+  for the executor's 'Invalid' (the SFT metrics of runs written before SFT recorded
+  unparseable predictions as 'Unparseable'), any other name as it is."""
   if op == mcommands.NULL:
     return '∅'
   return episode_types.UNPARSEABLE if op == mcommands.INVALID_OP else op

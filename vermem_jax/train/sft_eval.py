@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
+from vermem_jax.envs import episode_types
 from vermem_jax.envs.sft_data import records as sft_records
 from vermem_jax.models import qwen_config
 from vermem_jax import tokenization
@@ -36,7 +37,8 @@ PREDICTIONS_FILE = 'dev_predictions.jsonl'
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-  """One dev prediction scored: target op, predicted op ('Invalid' if unparseable),
+  """One dev prediction scored: target op, predicted op (`episode_types.UNPARSEABLE`
+  for text that does not parse into a command, as in every operation mix),
   accepted by the executor on the record's state, equal to the target."""
   op: str
   pred_op: str
@@ -66,7 +68,8 @@ def prediction_outcomes(records: Sequence[sft_records.SFTRecord],
     exact = (ok_parse and isinstance(target, cmds.Command)
              and mexec.qualify_command(parsed, rec.state.ns)
              == mexec.qualify_command(target, rec.state.ns))
-    out.append(Outcome(op=rec.op, pred_op=parsed.op if ok_parse else cmds.INVALID_OP,
+    pred_op = parsed.op if ok_parse else episode_types.UNPARSEABLE
+    out.append(Outcome(op=rec.op, pred_op=pred_op,
                        accepted=mexec.execute(rec.state, text, cfg, count_tokens).accepted,
                        exact=bool(exact)))
   return out
@@ -88,14 +91,14 @@ def dev_metrics(records: Sequence[sft_records.SFTRecord], predictions: Sequence[
     count_tokens: backbone token counter (tokens).
   Returns:
     {'tool_accuracy': share with predicted op == target op (unparseable text has op
-     'Invalid'), 'invalid_rate': share unparseable, outside the phase subspace, or
+     'Unparseable'), 'invalid_rate': share unparseable, outside the phase subspace, or
      rejected by the executor, 'executable_rate': 1 - invalid_rate, 'exact_match':
      share whose parsed command equals the parsed target (canonical arguments),
      'executable_rate_non_null': executable share among the predictions whose op is
      not ∅ (NaN if there are none), 'unparseable_rate', 'num_dev',
      'tool_accuracy/<op>', 'exact_match/<op>' per target op, and
      'predicted/<op>/<pred op>': the share of <op>'s records predicted as <pred op>
-     (only pairs that occur; <pred op> 'Invalid' for unparseable text)}.
+     (only pairs that occur; <pred op> 'Unparseable' for unparseable text)}.
   Raises:
     ValueError: different numbers of records and predictions, or no records.
   """
@@ -108,7 +111,7 @@ def metrics_from_outcomes(outcomes: Sequence[Outcome]) -> dict[str, float]:
   tool = [o.pred_op == o.op for o in outcomes]
   invalid = [not o.accepted for o in outcomes]
   exact = [o.exact for o in outcomes]
-  unparseable = [o.pred_op == cmds.INVALID_OP for o in outcomes]
+  unparseable = [o.pred_op == episode_types.UNPARSEABLE for o in outcomes]
   invalid_non_null = [not o.accepted for o in outcomes if o.pred_op != cmds.NULL]
   per_op: dict[str, list[Outcome]] = {}
   for o in outcomes:
