@@ -252,9 +252,11 @@ def test_dev_scores_are_logged_and_select_a_checkpoint(clean_run):
 
 def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
   """Scripted dev scores 0.9, 0.9, 0.2: the selected checkpoint is step 2 (best, ties
-  to the later step), not the newest; the next phase's π_ref loads it."""
+  to the later step), not the newest; the next phase's π_ref loads it. A run stopped
+  after update 2 and resumed selects, and summarizes, the same update."""
   from vermem_jax.train import rl_selection
-  scores = iter([0.9, 0.9, 0.2])
+  # The uninterrupted run's three updates, then the stopped run's two and its resume's one.
+  scores = iter([0.9, 0.9, 0.2, 0.9, 0.9, 0.2])
 
   def fake_selection_figures(records, metric):
     assert metric == 'r_task'
@@ -277,3 +279,13 @@ def test_selection_picks_best_dev_score_ties_to_later(tmp_path, monkeypatch):
   assert step == 2  # what Phase C starts from and regularizes towards
   again = rl_phase.run_rl_phase(config, workdir)
   assert again['selected_step'] == 2  # a finished phase reports its selection
+
+  stopped = _copy_prerequisites(tmp_path / 'stopped')
+  rl_phase.run_rl_phase(config, stopped, stop_after_update=2)
+  resumed = rl_phase.run_rl_phase(config, stopped)
+  assert resumed['resumed_from'] == 2 and resumed['selected_step'] == 2
+  # Update 2 was scored before the restart: its parameters are read back and the
+  # summary's dev episodes rerun, giving the uninterrupted run's figures.
+  end = {k: v for k, v in out.items() if k.startswith('internal_dev/end/')}
+  assert end['internal_dev/end/step'] == 2 and len(end) > 5
+  assert {k: resumed[k] for k in end} == end

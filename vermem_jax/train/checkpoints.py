@@ -210,6 +210,17 @@ class PhaseCheckpointManager:
     """Step with the best `selection_metrics` (None if none was saved with metrics)."""
     return None if self._best is None else self._best[1]
 
+  def selected_with(self, step: int,
+                    selection_metrics: Mapping[str, float] | None) -> int | None:
+    """The step this phase selects once `step` is saved with `selection_metrics`
+    (`save`'s ranking): `step` when its metrics rank at least as high as the best saved
+    step's, else that step (None: nothing saved or to be saved carries metrics)."""
+    if selection_metrics:
+      key = self._best_key(selection_metrics)
+      if self._best is None or key >= self._best[0]:
+        return int(step)
+    return self.best_step()
+
   def read_meta(self, step: int) -> dict:
     """The JSON `meta` item of `step` (raises what Orbax raises when it is corrupt)."""
     self.wait_until_finished()
@@ -393,15 +404,16 @@ class PhaseCheckpointManager:
     if not steps:
       return None
     errors = []
-    for s in steps:
+    for i, s in enumerate(steps):
       try:
         state = self._restore_step(s, template)
       except Exception as e:  # pylint: disable=broad-except
         why = checkpoint_values.error_line(e)
         self._unrestorable[s] = why
         errors.append(f'step {s}: {why}')
-        logging.warning('checkpoint step %d in %s is unrestorable (%s); falling back to '
-                        'an earlier step', s, self.directory, why)
+        if i + 1 < len(steps):  # the last one's error is raised below, not warned
+          logging.warning('checkpoint step %d in %s is unrestorable (%s); trying step '
+                          '%d', s, self.directory, why, steps[i + 1])
         continue
       if errors:
         logging.warning('restored checkpoint step %d in %s after skipping %d '

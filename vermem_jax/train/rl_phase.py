@@ -109,7 +109,6 @@ from vermem_jax.rl import rollout
 from vermem_jax.rl import rollout_records
 from vermem_jax.rl import running_stats
 from vermem_jax.rl import task_selection
-from vermem_jax.train import checkpoint_selection
 from vermem_jax.train import checkpoints
 from vermem_jax.train import distributed
 from vermem_jax.train import internal_dev
@@ -214,7 +213,7 @@ class _RLPhase:
     # (Both are prefixes of setup.dev_specs.)
     self.same_dev_set = (self.dev_count > 0 and len(self.dev_specs)
                          == min(self.dev_count, len(setup.dev_specs)))
-    self.scored: dict[int, tuple[tuple, dict[str, float]]] = {}
+    self.scored: dict[int, dict[str, float]] = {}
 
   def step(self, n: int) -> phase_runner.StepResult:
     setup, tok, t0 = self.setup, self.setup.tokenizer, time.perf_counter()
@@ -258,31 +257,46 @@ class _RLPhase:
   def evaluate(self, n: int) -> phase_runner.Evaluation:
     """Selection figures of θ_n on the dev episodes; at the last update also the
     summary's `internal_dev/end/*`: the figures of the update the phase selects
-    (`internal_dev/end/step`), from the records its selection scored, or θ_n's own
-    evaluation when those records are not at hand (a different episode set, or an
-    update scored before a restart)."""
+    (`internal_dev/end/step`, `checkpoints.PhaseCheckpointManager.selected_with`),
+    from the records its selection scored, or by running the summary's dev episodes
+    on that update's parameters when those records are not at hand (a different
+    episode set, or an update scored before a restart)."""
     t0 = time.perf_counter()
-    self.dev_policy.params = self.params
-    records = internal_dev.run_dev_episodes(
-        self.dev_specs, self.dev_policy, self.setup.solver,
-        count_tokens=self.setup.tokenizer.count_tokens,
-        executor_config=self.setup.run.executor, env_config=self.setup.run.env,
-        rng=self.seed, group=self.group)
+    records = self._dev_records(self.params)
     dev = rl_selection.selection_figures(records, self.metric)
     dev['time/dev_eval_s'] = time.perf_counter() - t0
     selection = rl_selection.selection_metrics(dev, n)
     if self.same_dev_set:
-      self.scored[n] = (checkpoint_selection.rl_selection_key(selection),
-                        internal_dev.summary(records))
+      self.scored[n] = internal_dev.summary(records)
     if n == self.total and self.dev_count > 0:
-      best = max(self.scored, key=lambda k: self.scored[k][0], default=None)
-      if best is not None and self.resumed_from == 0:
-        figures, step = self.scored[best][1], best
-      else:
-        figures, step = internal_dev_figures(self.setup, self.params, self.dev_count,
-                                             self.mesh), n
-      self.end_row = _dev_row('end', {**figures, 'step': float(step)})
+      selected = self.runner.manager.selected_with(n, selection)
+      step = n if selected is None else selected
+      self.end_row = _dev_row('end', {**self._summary_figures(step), 'step': float(step)})
     return phase_runner.Evaluation(dev, selection)
+
+  def _dev_records(self, params: Any) -> list[Any]:
+    """The greedy internal-dev episodes of `params` that checkpoint selection scores."""
+    self.dev_policy.params = params
+    return internal_dev.run_dev_episodes(
+        self.dev_specs, self.dev_policy, self.setup.solver,
+        count_tokens=self.setup.tokenizer.count_tokens,
+        executor_config=self.setup.run.executor, env_config=self.setup.run.env,
+        rng=self.seed, group=self.group)
+
+  def _summary_figures(self, step: int) -> dict[str, float]:
+    """The phase summary's reading of update `step`: from the records its selection
+    scored in this process, else by running the dev episodes again on its parameters
+    (θ_n, or a step selected before a restart, read back from its checkpoint)."""
+    if step in self.scored:
+      return self.scored[step]
+    params = self.params  # θ_n: the summary is made after the last update
+    if step != self.total:
+      self.runner.manager.wait_until_finished()
+      params, _ = checkpoints.restore_params_only(self.runner.directory, self.params,
+                                                  prefer_best=False, step=step)
+    if self.same_dev_set:
+      return internal_dev.summary(self._dev_records(params))
+    return internal_dev_figures(self.setup, params, self.dev_count, self.mesh)
 
   def rows(self, n, result, evaluation, log_due):
     row = result.row
