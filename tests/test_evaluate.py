@@ -96,6 +96,29 @@ def test_failed_evaluation_keeps_the_previous_episodes(tmp_path, workdir, monkey
   assert not os.path.exists(path + '.partial')
 
 
+def test_an_evaluation_with_other_settings_keeps_the_previous_one(tmp_path, workdir,
+                                                                   caplog):
+  first = evaluate.run_evaluation(eval_config(tmp_path, policies='base'), workdir)
+  out = os.path.dirname(first['paths']['md'])
+  assert first['previous'] is None
+  # The same settings again: replaced in place (a rerun reproduces them).
+  assert evaluate.run_evaluation(eval_config(tmp_path, policies='base'),
+                                 workdir)['previous'] is None
+  assert evaluate.PREVIOUS_SUBDIR not in os.listdir(out)
+  before = {name: open(os.path.join(out, name), 'rb').read()
+            for name in ('results.md', 'results.json', 'episodes.jsonl')}
+  second = evaluate.run_evaluation(eval_config(tmp_path, policies='base',
+                                               num_questions=1), workdir)
+  kept = second['previous']
+  assert os.path.dirname(kept) == os.path.join(out, evaluate.PREVIOUS_SUBDIR)
+  for name, data in before.items():
+    assert open(os.path.join(kept, name), 'rb').read() == data
+  assert os.path.exists(os.path.join(kept, 'frontier.png'))
+  assert len(_jsonl(second['paths']['jsonl'])) == 1  # the new evaluation's one question
+  assert 'eval.num_questions 2 -> 1' in caplog.text
+  assert kept in evaluate.summary_line(second)
+
+
 def test_frontier_reruns_match_the_derived_curve(tmp_path, workdir):
   derived = evaluate.run_evaluation(eval_config(tmp_path, policies='base'), workdir)
   derived_recs = _jsonl(derived['paths']['jsonl'])

@@ -26,14 +26,20 @@ then aggregates over seeds (`eval.aggregate`) and writes to `eval.output_dir`
   episodes.jsonl     one line per (seed, policy, budget, task): the record with
                      every decision and its tokens (budget null = unbudgeted run);
   results.md / .csv  mean ± std per policy (the solver label on top);
-  results.json       every figure (per-seed summaries, frontier curves, meta);
+  results.json       every figure (per-seed summaries, frontier curves, meta, and
+                     the settings that produced them);
   frontier.png, bars_<metric>.png.
+
+An evaluation with other settings than the one already in that folder moves the
+earlier one's files to `previous/<its UTC time>/` first (`keep_previous`): a second
+evaluation never silently replaces the results of a different one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from typing import Any, Mapping
 
@@ -67,6 +73,64 @@ def output_subdir(config: ml_collections.ConfigDict) -> str:
 
 def output_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
   return config.eval.output_dir or os.path.join(workdir, output_subdir(config))
+
+
+# What an evaluation writes into its folder (module docstring), and where an earlier
+# evaluation's files go when the settings differ.
+RESULT_FILES = ('results.md', 'results.csv', 'results.json', 'episodes.jsonl',
+                'frontier.png')
+PREVIOUS_SUBDIR = 'previous'
+
+
+def evaluation_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """The config as JSON values, less what does not change the results (the workdir
+  and `eval.output_dir`): stored in results.json's meta as 'settings'."""
+  settings = json.loads(json.dumps(config.to_dict(), default=str, sort_keys=True))
+  settings.pop('workdir', None)
+  settings.get('eval', {}).pop('output_dir', None)
+  return settings
+
+
+def _changes(old: Any, new: Any, prefix: str = '') -> list[str]:
+  """'field old -> new' for each leaf that differs (dotted paths)."""
+  if isinstance(old, dict) and isinstance(new, dict):
+    return [c for k in sorted(set(old) | set(new))
+            for c in _changes(old.get(k), new.get(k), f'{prefix}{k}.')]
+  return [] if old == new else [f'{prefix[:-1]} {old!r} -> {new!r}']
+
+
+def keep_previous(out_dir: str, settings: Mapping[str, Any]) -> str | None:
+  """Moves the evaluation files in `out_dir` to `out_dir/previous/<UTC time of its
+  results.json>/` when they were written with other `settings` (or by a version that
+  did not record them), and says which fields differ; returns that folder, or None
+  when there is nothing to keep (no results, or the same settings: those are
+  replaced, as a rerun reproduces them)."""
+  results = os.path.join(out_dir, 'results.json')
+  if not os.path.exists(results):
+    return None
+  try:
+    with open(results) as f:
+      old = json.load(f).get('meta', {}).get('settings')
+  except (OSError, ValueError, AttributeError):
+    old = None
+  if old == settings:
+    return None
+  stamp = time.strftime('%Y%m%d-%H%M%S', time.gmtime(os.path.getmtime(results)))
+  dest = os.path.join(out_dir, PREVIOUS_SUBDIR, stamp)
+  n = 1
+  while os.path.exists(dest):
+    n += 1
+    dest = os.path.join(out_dir, PREVIOUS_SUBDIR, f'{stamp}-{n}')
+  os.makedirs(dest)
+  for name in sorted(os.listdir(out_dir)):
+    if name in RESULT_FILES or (name.startswith('bars_') and name.endswith('.png')):
+      shutil.move(os.path.join(out_dir, name), os.path.join(dest, name))
+  changes = (_changes(old, dict(settings)) if isinstance(old, dict)
+             else ['(its settings were not recorded)'])
+  logging.warning('%s held an evaluation with other settings (%s%s); its files are '
+                  'kept in %s', out_dir, '; '.join(changes[:4]),
+                  f'; {len(changes) - 4} more' if len(changes) > 4 else '', dest)
+  return dest
 
 
 class HotpotQASuite:
@@ -148,7 +212,9 @@ def make_suite(config: ml_collections.ConfigDict, **kwargs: Any) -> Any:
 
 def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Runs the evaluation (module docstring) and returns
-  {'aggregate', 'per_seed', 'paths', 'table' (the Markdown text), 'wall_time_s'}.
+  {'aggregate', 'per_seed', 'paths', 'table' (the Markdown text), 'wall_time_s',
+  'previous' (where an earlier evaluation with other settings was moved,
+  `keep_previous`; None when there was none)}.
 
   Raises:
     ValueError: a bad config field (named); checkpoints.CheckpointError: a requested
@@ -230,6 +296,8 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
     raise
   finally:
     suite.close()
+  settings = evaluation_settings(config)
+  previous = keep_previous(out_dir, settings)
   os.replace(partial_path, jsonl_path)
   agg = aggregate.aggregate(per_seed, budgets=budgets,
                             target_success=float(ev.target_success),
@@ -249,7 +317,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
           'frontier': 'reruns' if ev.frontier_reruns else 'derived from unbudgeted runs',
           'solver_backend': config.solver.backend, 'stale': stale,
           'seconds': timings, 'wall_time_s': wall, 'scale': config.get('scale'),
-          **suite.meta()}
+          'settings': settings, **suite.meta()}
   paths = aggregate.write_results(out_dir, agg, per_seed=per_seed, meta=meta,
                                   solver_label=suite.solver_label,
                                   judge_label=suite.judge_label,
@@ -273,7 +341,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   with open(paths['md']) as f:
     table = f.read()
   return {'aggregate': agg, 'per_seed': per_seed, 'paths': paths, 'table': table,
-          'wall_time_s': wall}
+          'wall_time_s': wall, 'previous': previous}
 
 
 def summary_line(result: Mapping[str, Any]) -> str:
@@ -281,4 +349,6 @@ def summary_line(result: Mapping[str, Any]) -> str:
   p = result['paths']
   return (f'evaluation written to {os.path.dirname(p["md"])}: results.md/.csv/.json, '
           f'episodes.jsonl, {len(p.get("bars", []))} bar charts'
-          + (', frontier.png' if p.get('frontier') else ''))
+          + (', frontier.png' if p.get('frontier') else '')
+          + (f'; the earlier evaluation there (other settings) is kept in '
+             f'{result["previous"]}' if result.get('previous') else ''))
