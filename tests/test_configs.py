@@ -235,6 +235,9 @@ def test_bad_scale_argument():
     ('rl.num_updates', -1, 'config.rl.num_updates: must be >= 1'),
     ('solver.backend', 'openai_compatible', 'config.solver.base_url'),
     ('solver.timeout_s', 0.0, 'config.solver.timeout_s'),
+    ('eval.budgets', (5000, 1000), 'config.eval.budgets: must be a non-empty increasing'),
+    # A command line's `--config.eval.budgets=abc` arrives as ('abc',).
+    ('eval.budgets', ('abc',), r"config.eval.budgets: .*got \('abc',\)"),
     ('eval.seeds', (), 'config.eval.seeds'),
     ('eval.seeds', (42, 42), 'config.eval.seeds: repeats'),
     ('eval.temperature', 0.7, 'config.eval.temperature'),

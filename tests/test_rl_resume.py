@@ -1,6 +1,7 @@
 """RL phase provenance records (vermem_jax/train/rl_resume.py)."""
 import jax
 import numpy as np
+import pytest
 
 from vermem_jax.train import rl_resume
 
@@ -14,3 +15,15 @@ def test_params_fingerprint_detects_one_changed_bit():
   assert rl_resume.params_fingerprint(tree) != rl_resume.params_fingerprint(flipped)
   reshaped = {'a': tree['a'].reshape(3, 2), 'b': tree['b']}
   assert rl_resume.params_fingerprint(tree) != rl_resume.params_fingerprint(reshaped)
+
+
+def test_reference_record_round_trips_and_a_corrupt_one_is_named(tmp_path):
+  assert rl_resume.read_reference(str(tmp_path)) is None
+  record = {'reference_phase': 'phase_a', 'reference_step': 2, 'params_sha256': 'ab'}
+  rl_resume.write_reference(str(tmp_path), record)
+  assert rl_resume.read_reference(str(tmp_path)) == record
+  path = tmp_path / rl_resume.REFERENCE_FILE
+  for text in ('garbage', '[1, 2]'):
+    path.write_text(text)
+    with pytest.raises(ValueError, match=f'{path} is not a JSON object .*π_ref'):
+      rl_resume.read_reference(str(tmp_path))

@@ -114,12 +114,26 @@ def data_position(update: int, setup: rl_setup.PhaseSetup, seed: int) -> dict[st
 
 
 def read_reference(phase_directory: str) -> dict[str, Any] | None:
-  """`reference.json` of a phase directory (None when missing)."""
+  """`reference.json` of a phase directory (None when missing).
+
+  Raises:
+    ValueError: the file is not a JSON object (named, with what it records).
+  """
   path = os.path.join(phase_directory, REFERENCE_FILE)
   if not os.path.exists(path):
     return None
   with open(path) as f:
-    return json.load(f)
+    text = f.read()
+  try:
+    reference = json.loads(text)
+  except json.JSONDecodeError as e:
+    reference = e
+  if not isinstance(reference, dict):
+    raise ValueError(f'{path} is not a JSON object ({str(reference)[:80]}): it records which '
+                     'checkpoint of the previous phase was loaded as π_ref (each '
+                     "checkpoint's metadata holds the same record); move it aside to go "
+                     'on without it')
+  return reference
 
 
 def write_reference(phase_directory: str, reference: Mapping[str, Any]) -> None:

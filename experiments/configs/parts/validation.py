@@ -256,8 +256,12 @@ def _check_episodes(config: ml_collections.ConfigDict) -> None:
 
 def _check_eval(config: ml_collections.ConfigDict) -> None:
   ev = config.eval
-  _require(len(ev.budgets) > 0 and list(ev.budgets) == sorted(set(ev.budgets)),
-           'eval.budgets', 'must be a non-empty increasing list of token budgets')
+  budgets = ev.budgets
+  _require(isinstance(budgets, (tuple, list)) and len(budgets) > 0
+           and all(isinstance(b, int) and b > 0 for b in budgets)
+           and list(budgets) == sorted(set(budgets)), 'eval.budgets',
+           "must be a non-empty increasing tuple of token budgets (ints > 0), e.g. "
+           f"--config.eval.budgets='(1000,4000)'; got {budgets!r}")
   _require(ev.budgets[0] <= ev.target_budget <= ev.budgets[-1], 'eval.target_budget',
            f'B*={ev.target_budget} outside the budget range')
   _require(0.0 <= ev.target_success <= 100.0, 'eval.target_success', 'must be in [0, 100]')
