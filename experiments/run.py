@@ -22,7 +22,8 @@ missing checkpoint (with this command's `--config.*` flags). A phase with checkp
 its own resumes from the newest one. While a phase runs, this process holds an exclusive
 lock on `<workdir>/<phase>/.lock`; a second run of that phase in the same workdir stops
 with exit status 2. `--dry_run` writes nothing; it prints the config and plan, then any
-config problem as an error (exit status 2, as the real run would).
+config problem, or a planned phase whose checkpoints were trained with other settings,
+as an error (exit status 2, as the real run would).
 
 `--config=eval_hotpotqa.py` trains nothing: it evaluates the workdir's policies (Base
 and every phase with a checkpoint, or `--config.eval.policies`) on the HotpotQA
@@ -134,7 +135,32 @@ def _dry_run(config: ml_collections.ConfigDict, workdir: str,
   if problem:
     raise ValueError(problem)
   _check_before_training(config, workdir, plan, create=False)
+  try:
+    _check_resumable(config, workdir, plan, overrides)
+  except ValueError as e:
+    raise ValueError(f'{e} (a real run stops here)') from e
   return plan
+
+
+def _phase_config(config: ml_collections.ConfigDict, phase: str,
+                  overrides: dict[str, Any]) -> ml_collections.ConfigDict:
+  """The config a planned phase runs with: the command's own, or that phase's default
+  config with the command's overrides."""
+  if phase == config.phase:
+    return config
+  return overrides_lib.phase_config(phase, config.scale, overrides)
+
+
+def _check_resumable(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
+                     overrides: dict[str, Any]) -> None:
+  """The settings check each planned phase's trainer makes on the checkpoints its
+  folder already holds (a dry run refuses what the real run would refuse)."""
+  from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
+  from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
+  for phase in plan:
+    run = run_setup.RunSetup.from_config(_phase_config(config, phase, overrides))
+    (sft.check_resumable if phase == 'sft' else rl_phase.check_resumable)(run, workdir)
 
 
 def _validation_problem(config: ml_collections.ConfigDict) -> str | None:
@@ -252,8 +278,7 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top
   for phase in plan:
-    cfg = config if phase == config.phase else overrides_lib.phase_config(
-        phase, config.scale, overrides)
+    cfg = _phase_config(config, phase, overrides)
     distributed.agree(lambda c=cfg: validation.validate_config(c, check_paths=True))
     d = phase_plan.phase_dir(workdir, phase)
     with processes.phase_lock(workdir, phase):

@@ -10,6 +10,7 @@ import pathlib
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -23,7 +24,10 @@ from experiments.configs import common
 from experiments.configs.parts import curriculum
 from experiments.configs.parts import derived
 from experiments.configs.parts import paper
+from vermem_jax.models import qwen
 from vermem_jax.train import checkpoints as ck
+from vermem_jax.train import run_setup
+from vermem_jax.train import sft
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CONFIGS = REPO / 'experiments' / 'configs'
@@ -155,6 +159,27 @@ def test_bad_config_is_rejected_before_running(tmp_path, monkeypatch):
   with pytest.raises(ValueError, match='config.rl.rollouts_per_task'):
     run_cli.run(config, str(tmp_path))
   assert calls == []
+
+
+def test_dry_run_refuses_a_resume_the_real_run_refuses(tmp_path):
+  """A workdir whose SFT checkpoint was trained with another learning rate: the dry run
+  names the differing setting and exits as the real run does; with the stored
+  settings it plans the phase. It writes nothing."""
+  config = common.get_config('sft')
+  run = run_setup.RunSetup.from_config(config)
+  params = qwen.init_params(run.model.config, jax.random.PRNGKey(0))
+  with ck.PhaseCheckpointManager(tmp_path / 'sft') as mgr:
+    mgr.save(ck.TrainState(step=3, params=params, metadata={
+        'fingerprint': sft.trajectory_fingerprint(run)}))
+  before = sorted(os.listdir(tmp_path / 'sft'))
+  assert run_cli.run(common.get_config('sft'), str(tmp_path), dry_run=True) == ['sft']
+  changed = common.get_config('sft')
+  changed.sft.learning_rate = 2 * config.sft.learning_rate
+  with pytest.raises(ValueError, match=(
+      r'holds an SFT run with different settings \(learning_rate: .*\(a real run '
+      'stops here\)')):
+    run_cli.run(changed, str(tmp_path), dry_run=True)
+  assert sorted(os.listdir(tmp_path / 'sft')) == before
 
 
 def test_default_runner_registry():

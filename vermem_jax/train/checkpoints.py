@@ -508,6 +508,19 @@ def has_checkpoint(directory: str | os.PathLike) -> bool:
              for name in os.listdir(directory))
 
 
+def newest_meta(directory: str | os.PathLike) -> dict | None:
+  """The JSON `meta` item of the newest committed step of `directory` (its settings
+  fingerprint, final metrics, ...); None when there is no checkpoint or that step's
+  meta is unreadable (a restore then falls back and says so)."""
+  if not has_checkpoint(directory):
+    return None
+  with PhaseCheckpointManager(directory) as mgr:
+    try:
+      return mgr.read_meta(mgr.latest_step())
+    except Exception:  # pylint: disable=broad-except
+      return None
+
+
 def mark_phase_complete(directory: str | os.PathLike, step: int,
                         info: Mapping[str, Any] | None = None) -> None:
   """Records that a phase finished at `step` (atomic write of `phase_complete.json`)."""

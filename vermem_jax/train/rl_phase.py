@@ -468,6 +468,17 @@ def _start_state(run: run_setup.RunSetup, setup: rl_setup.PhaseSetup,
   return restored.params, restored.opt_state, running, dev_start
 
 
+def check_resumable(run: run_setup.RunSetup, workdir: str) -> None:
+  """Raises the ValueError `run_rl_phase` raises before training when
+  `workdir/<run.phase>` holds a run with other settings (each differing fingerprint
+  field named); reads the newest checkpoint's metadata only (`run.py --dry_run`)."""
+  directory = checkpoints.phase_dir(workdir, run.phase)
+  meta = checkpoints.newest_meta(directory)
+  if meta is not None:
+    rl_resume.check_resume(meta.get('metadata') or {}, rl_resume.trajectory_fingerprint(run),
+                           directory, run.model.hf_checkpoint)
+
+
 def _reference(phase: str, prev: str, prev_dir: str, param_shapes: Any,
                restored: checkpoints.TrainState | None,
                directory: str) -> tuple[Any, dict[str, Any]]:

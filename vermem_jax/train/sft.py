@@ -110,19 +110,22 @@ def _check_resume(meta: Mapping[str, Any], fingerprint: Mapping[str, Any],
 def _completed_metrics(directory: str, fingerprint: Mapping[str, Any],
                        hf_checkpoint: str) -> dict | None:
   """Stored final metrics when the newest checkpoint is the completed last step."""
-  if not checkpoints.has_checkpoint(directory):
+  meta = checkpoints.newest_meta(directory)
+  if meta is None:
     return None
-  with checkpoints.PhaseCheckpointManager(directory) as mgr:
-    latest = mgr.latest_step()
-    try:
-      meta = mgr.read_meta(latest)
-    except Exception:  # pylint: disable=broad-except
-      return None  # the normal path restores with fallback and reports it
   _check_resume(meta, fingerprint, directory, hf_checkpoint)
   md = meta.get('metadata') or {}
   if md.get('complete') and md.get('final_metrics'):
     return dict(md['final_metrics'])
   return None
+
+
+def check_resumable(run: run_setup.RunSetup, workdir: str) -> None:
+  """Raises the ValueError `run_sft` raises before training when `workdir/sft` holds a
+  run with other settings (each differing fingerprint field named); reads the newest
+  checkpoint's metadata only (`run.py --dry_run`)."""
+  _completed_metrics(checkpoints.phase_dir(workdir, 'sft'), trajectory_fingerprint(run),
+                     run.model.hf_checkpoint)
 
 
 # ----------------------------------------------------------------------------- driver
