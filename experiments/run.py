@@ -155,10 +155,13 @@ def _check_resumable(config: ml_collections.ConfigDict, workdir: str, plan: list
                      overrides: dict[str, Any]) -> None:
   """The settings check each planned phase's trainer makes on the checkpoints its
   folder already holds (a dry run refuses what the real run would refuse)."""
+  from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import rl_phase  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import run_setup  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import sft  # pylint: disable=g-import-not-at-top
   for phase in plan:
+    if not checkpoints.has_checkpoint(phase_plan.phase_dir(workdir, phase)):
+      continue  # nothing to resume: the phase starts afresh
     run = run_setup.RunSetup.from_config(_phase_config(config, phase, overrides))
     (sft.check_resumable if phase == 'sft' else rl_phase.check_resumable)(run, workdir)
 
