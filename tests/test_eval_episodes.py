@@ -221,6 +221,9 @@ def test_tc_counts_executed_calls_only_rejected_and_unparseable_apart(examples):
   assert 'invalid' not in rec and 'tc_executed' not in rec
   assert rec['op_counts'] == {'Add': 1, episode_types.UNPARSEABLE: 1,
                               'Null': len(ops) - 3, 'Filter': 1}
+  # Each step carries its kind, so the mix is recomputable from the steps alone.
+  kinds = [step['kind'] for step in rec['steps']]
+  assert kinds[:3] == ['Add', 'Filter', 'Unparseable'] and set(kinds[3:]) == {'Null'}
   summary = metrics.summarize([rec, metrics.episode_record(
       _run([spec], episodes.base_policy, RecordingLLMSolver())[0], policy='base',
       seed=0)])

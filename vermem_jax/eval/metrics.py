@@ -32,9 +32,12 @@ dict (one JSONL line) that keeps everything a figure needs:
                   progress rate; 1.0 on success); env_steps (actions the environment
                   counted) and invalid_actions (actions it did not understand or
                   could not play);
-  steps           one dict per decision: command, op, accepted, tool call, violation
-                  kinds, cost, the four token counts, the solver's kind and answer
-                  (interactive: also the action played and whether it was valid).
+  steps           one dict per decision: command, op (the executor's: broken text
+                  under the tool it starts with), kind (its operation-mix name,
+                  `episode_types.decision_kind`: what `op_counts` counts), accepted,
+                  tool call, violation kinds, cost, the four token counts, the
+                  solver's kind and answer (interactive: also the action played and
+                  whether it was valid).
 
 `summarize(records)` gives the means over one policy's episodes of one seed:
 EM, F1, J_judge, MQ (None when absent), SF recall, TN, TC, rejected calls,
@@ -72,7 +75,8 @@ RECOVERY_PREFIX = 'recovery_'
 def decision_row(d: episode_types.DecisionRecord) -> dict[str, Any]:
   """One decision of the JSONL record (tokens of both calls of step t)."""
   b = d.solver_output
-  row = {'step': d.step, 'command': d.command, 'op': d.op, 'accepted': d.accepted,
+  row = {'step': d.step, 'command': d.command, 'op': d.op,
+         'kind': episode_types.decision_kind(d), 'accepted': d.accepted,
          'tool_call': d.is_tool_call, 'violations': [v.kind for v in d.violations],
          'cost': d.cost, 'policy_input_tokens': d.policy_output.input_tokens,
          'policy_output_tokens': d.policy_output.output_tokens,
