@@ -165,7 +165,11 @@ def test_sft_summary_block(tmp_path):
             'predicted/Add/Unparseable': 0.125, 'predicted/Null/Null': 1.0,
             'tool_accuracy/Update': 0.0, 'exact_match/Update': 0.0,
             # A run written before SFT said 'Unparseable' has 'Invalid': printed the same.
-            'predicted/Update/Invalid': 0.75, 'predicted/Update/Null': 0.25}
+            'predicted/Update/Invalid': 0.75, 'predicted/Update/Null': 0.25,
+            # A tie between two wrong predictions: the mixes' order (∅ first) decides.
+            'tool_accuracy/Filter': 0.75, 'exact_match/Filter': 0.75,
+            'predicted/Filter/Filter': 0.75, 'predicted/Filter/Unparseable': 0.125,
+            'predicted/Filter/Null': 0.125}
   text = summaries.phase_summary('sft', result, str(tmp_path / 'sft'))
   assert 'SFT summary: 120 of 120 steps, 768 train / 64 dev records' in text
   assert re.search(r'\n  dev tool accuracy +0\.500\n', text)
@@ -177,4 +181,5 @@ def test_sft_summary_block(tmp_path):
   # Unparseable text is named as the operation mixes name it.
   assert any(l.split() == ['Update', '0.00', '0.00', 'Unparseable', '0.75']
              for l in text.splitlines())
+  assert any(l.split() == ['Filter', '0.75', '0.75', '∅', '0.12'] for l in text.splitlines())
   assert 'Delete' not in text  # classes without a figure are left out

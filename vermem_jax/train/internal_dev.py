@@ -153,10 +153,12 @@ def op_shares(ops: Mapping[str, int]) -> dict[str, float]:
   The shares sum to 1."""
   total = sum(ops.values())
   return {f'op_share/{op}': ops[op] / total
-          for op in sorted(ops, key=_op_order)} if total else {}
+          for op in sorted(ops, key=op_order)} if total else {}
 
 
-def _op_order(op: str) -> tuple[int, str]:
+def op_order(op: str) -> tuple[int, str]:
+  """The order of ops in a mix and between tied shares: the paper's tool order
+  (`commands.ALL_OPS`, ∅ included), then any other name (Unparseable) alphabetically."""
   order = mcommands.ALL_OPS
   return (order.index(op) if op in order else len(order), op)
 
@@ -168,7 +170,7 @@ def op_mix(metrics: Mapping[str, float], prefix: str = 'op_share/') -> str:
             if k.startswith(prefix) and v is not None and float(v) > 0]
   if not shares:
     return '-'
-  shares.sort(key=lambda kv: (-kv[1], _op_order(kv[0])))
+  shares.sort(key=lambda kv: (-kv[1], op_order(kv[0])))
   return ', '.join(f'{op_label(op)} {100 * s:.0f}%' for op, s in shares)
 
 

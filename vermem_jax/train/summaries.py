@@ -62,13 +62,14 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 def _instead(result: Mapping[str, Any], op: str) -> str:
   """The wrong prediction most frequent for target `op` and its share ('' if none),
-  from `sft_eval.dev_metrics`' 'predicted/<op>/<pred op>' figures."""
+  from `sft_eval.dev_metrics`' 'predicted/<op>/<pred op>' figures; a tie goes to the
+  op first in the operation mixes' order (`internal_dev.op_order`)."""
   prefix = f'predicted/{op}/'
-  wrong = [(v, k[len(prefix):]) for k, v in result.items()
+  wrong = [(k[len(prefix):], v) for k, v in result.items()
            if k.startswith(prefix) and k[len(prefix):] != op and v > 0]
   if not wrong:
     return ''
-  share, pred = max(wrong)
+  pred, share = min(wrong, key=lambda kv: (-kv[1], internal_dev.op_order(kv[0])))
   return f'{internal_dev.op_label(pred)} {share:.2f}'
 
 
