@@ -1,6 +1,7 @@
 """End-to-end tests of the HotpotQA evaluation (vermem_jax.eval.evaluate, the CLI)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -115,8 +116,25 @@ def test_an_evaluation_with_other_settings_keeps_the_previous_one(tmp_path, work
     assert open(os.path.join(kept, name), 'rb').read() == data
   assert os.path.exists(os.path.join(kept, 'frontier.png'))
   assert len(_jsonl(second['paths']['jsonl'])) == 1  # the new evaluation's one question
-  assert 'eval.num_questions 2 -> 1' in caplog.text
+  assert 'settings.eval.num_questions 2 -> 1' in caplog.text
   assert kept in evaluate.summary_line(second)
+
+
+def test_an_evaluation_of_a_retrained_checkpoint_keeps_the_previous_one(
+    tmp_path, workdir, caplog):
+  """Same settings, but the evaluated phase's checkpoint was written again (its step
+  folder's time changed): the earlier results are kept, the checkpoint named."""
+  wd = tmp_path / 'wd'
+  shutil.copytree(workdir, wd)
+  config = eval_config(tmp_path, policies='sft')
+  evaluate.run_evaluation(config, str(wd))
+  assert evaluate.run_evaluation(config, str(wd))['previous'] is None
+  step_dir = wd / 'sft' / '3'  # the fixture's one SFT checkpoint
+  stat = os.stat(step_dir)
+  os.utime(step_dir, (stat.st_atime, stat.st_mtime - 3600))
+  again = evaluate.run_evaluation(config, str(wd))
+  assert again['previous'] is not None
+  assert 'policies.sft.42.written' in caplog.text
 
 
 def test_frontier_reruns_match_the_derived_curve(tmp_path, workdir):

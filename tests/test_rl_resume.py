@@ -23,7 +23,7 @@ def test_reference_record_round_trips_and_a_corrupt_one_is_named(tmp_path):
   rl_resume.write_reference(str(tmp_path), record)
   assert rl_resume.read_reference(str(tmp_path)) == record
   path = tmp_path / rl_resume.REFERENCE_FILE
-  for text in ('garbage', '[1, 2]'):
-    path.write_text(text)
+  for data in (b'garbage', b'[1, 2]', bytes(range(128, 256))):
+    path.write_bytes(data)
     with pytest.raises(ValueError, match=f'{path} is not a JSON object .*π_ref'):
       rl_resume.read_reference(str(tmp_path))

@@ -30,9 +30,10 @@ then aggregates over seeds (`eval.aggregate`) and writes to `eval.output_dir`
                      the settings that produced them);
   frontier.png, bars_<metric>.png.
 
-An evaluation with other settings than the one already in that folder moves the
-earlier one's files to `previous/<its UTC time>/` first (`keep_previous`): a second
-evaluation never silently replaces the results of a different one.
+An evaluation with other settings or other checkpoints than the one already in that
+folder moves the earlier one's files to `previous/<its UTC time>/` first
+(`keep_previous`): a second evaluation never silently replaces the results of a
+different one.
 """
 
 from __future__ import annotations
@@ -99,21 +100,35 @@ def _changes(old: Any, new: Any, prefix: str = '') -> list[str]:
   return [] if old == new else [f'{prefix[:-1]} {old!r} -> {new!r}']
 
 
-def keep_previous(out_dir: str, settings: Mapping[str, Any]) -> str | None:
+def evaluation_identity(settings: Mapping[str, Any],
+                        infos: Mapping[str, list]) -> dict[str, Any]:
+  """What makes two evaluations the same one: the `evaluation_settings` and, per
+  policy and seed, the checkpoint it loaded (`policies.load_policy`'s info less its
+  label and seed: path, step, and when it was written or its digest)."""
+  return {'settings': dict(settings),
+          'policies': {label: {str(i['seed']): {k: v for k, v in i.items()
+                                                 if k not in ('label', 'seed')}
+                               for i in per_seed}
+                       for label, per_seed in sorted(infos.items())}}
+
+
+def keep_previous(out_dir: str, identity: Mapping[str, Any]) -> str | None:
   """Moves the evaluation files in `out_dir` to `out_dir/previous/<UTC time of its
-  results.json>/` when they were written with other `settings` (or by a version that
-  did not record them), and says which fields differ; returns that folder, or None
-  when there is nothing to keep (no results, or the same settings: those are
-  replaced, as a rerun reproduces them)."""
+  results.json>/` when they are another evaluation (`evaluation_identity`: other
+  settings or other checkpoints; or written by a version that did not record them),
+  and says what differs; returns that folder, or None when there is nothing to keep
+  (no results, or the same settings and checkpoints: those are replaced, as a rerun
+  reproduces them)."""
   results = os.path.join(out_dir, 'results.json')
   if not os.path.exists(results):
     return None
   try:
     with open(results) as f:
-      old = json.load(f).get('meta', {}).get('settings')
-  except (OSError, ValueError, AttributeError):
+      meta = json.load(f).get('meta', {})
+    old = evaluation_identity(meta['settings'], meta['policies'])
+  except (OSError, ValueError, AttributeError, KeyError, TypeError):
     old = None
-  if old == settings:
+  if old == identity:
     return None
   stamp = time.strftime('%Y%m%d-%H%M%S', time.gmtime(os.path.getmtime(results)))
   dest = os.path.join(out_dir, PREVIOUS_SUBDIR, stamp)
@@ -125,10 +140,10 @@ def keep_previous(out_dir: str, settings: Mapping[str, Any]) -> str | None:
   for name in sorted(os.listdir(out_dir)):
     if name in RESULT_FILES or (name.startswith('bars_') and name.endswith('.png')):
       shutil.move(os.path.join(out_dir, name), os.path.join(dest, name))
-  changes = (_changes(old, dict(settings)) if isinstance(old, dict)
+  changes = (_changes(old, dict(identity)) if isinstance(old, dict)
              else ['(its settings were not recorded)'])
-  logging.warning('%s held an evaluation with other settings (%s%s); its files are '
-                  'kept in %s', out_dir, '; '.join(changes[:4]),
+  logging.warning('%s held another evaluation (%s%s); its files are kept in %s',
+                  out_dir, '; '.join(changes[:4]),
                   f'; {len(changes) - 4} more' if len(changes) > 4 else '', dest)
   return dest
 
@@ -213,7 +228,7 @@ def make_suite(config: ml_collections.ConfigDict, **kwargs: Any) -> Any:
 def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Runs the evaluation (module docstring) and returns
   {'aggregate', 'per_seed', 'paths', 'table' (the Markdown text), 'wall_time_s',
-  'previous' (where an earlier evaluation with other settings was moved,
+  'previous' (where an earlier evaluation with other settings or checkpoints was moved,
   `keep_previous`; None when there was none)}.
 
   Raises:
@@ -297,7 +312,7 @@ def run_evaluation(config: ml_collections.ConfigDict, workdir: str) -> dict[str,
   finally:
     suite.close()
   settings = evaluation_settings(config)
-  previous = keep_previous(out_dir, settings)
+  previous = keep_previous(out_dir, evaluation_identity(settings, infos))
   os.replace(partial_path, jsonl_path)
   agg = aggregate.aggregate(per_seed, budgets=budgets,
                             target_success=float(ev.target_success),
@@ -350,5 +365,5 @@ def summary_line(result: Mapping[str, Any]) -> str:
   return (f'evaluation written to {os.path.dirname(p["md"])}: results.md/.csv/.json, '
           f'episodes.jsonl, {len(p.get("bars", []))} bar charts'
           + (', frontier.png' if p.get('frontier') else '')
-          + (f'; the earlier evaluation there (other settings) is kept in '
-             f'{result["previous"]}' if result.get('previous') else ''))
+          + (f'; the earlier evaluation there (other settings or checkpoints) is kept '
+             f'in {result["previous"]}' if result.get('previous') else ''))

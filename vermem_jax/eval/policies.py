@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from typing import Any, Callable
 
 import jax
@@ -236,7 +237,9 @@ def load_policy(source: PolicySource, config: ml_collections.ConfigDict, workdir
   """(seed -> batched policy, info) for one source.
 
   The policy of a seed is greedy, bound to a key from the seed (unused when greedy).
-  info: {'label', 'kind', 'path', 'step'} (step: the checkpoint step loaded).
+  info: {'label', 'kind', 'path', 'step'} (step: the checkpoint step loaded), and
+    what tells a retrained policy apart: 'written' (a phase: UTC time of that step's
+    folder) or 'digest' (an HF folder: `hf_io.checkpoint_digest`).
 
   Raises:
     checkpoints.CheckpointError: a phase without a restorable checkpoint.
@@ -250,13 +253,15 @@ def load_policy(source: PolicySource, config: ml_collections.ConfigDict, workdir
                                           mesh=mesh)
     mc = mc.replace(dtype=config.model.dtype)
     setup_lib.check_tokenizer_fits(tok, mc, field='config.eval.policies')
-    info['path'] = source.where
+    info.update(path=source.where, digest=hf_io.checkpoint_digest(source.where))
   else:
     mc = setup_lib.model_config_from(config)
     shapes, _ = setup_lib.abstract_train_state(mc, lambda p: (), mesh)
     directory = checkpoints.phase_dir(workdir, source.where)
     params, step = checkpoints.restore_params_only(directory, shapes, prefer_best=True)
-    info.update(path=directory, step=int(step))
+    info.update(path=directory, step=int(step), written=time.strftime(
+        '%Y-%m-%dT%H:%M:%SZ', time.gmtime(os.path.getmtime(os.path.join(directory,
+                                                                        str(step))))))
   sampler = _greedy_sampler(config, mc, params, tok, mesh)
   def bind(seed: int) -> episode_types.Policy:
     return task_selection.BoundPolicy(sampler, jax.random.PRNGKey(int(seed)))

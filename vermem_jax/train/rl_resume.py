@@ -122,11 +122,10 @@ def read_reference(phase_directory: str) -> dict[str, Any] | None:
   path = os.path.join(phase_directory, REFERENCE_FILE)
   if not os.path.exists(path):
     return None
-  with open(path) as f:
-    text = f.read()
   try:
-    reference = json.loads(text)
-  except json.JSONDecodeError as e:
+    with open(path, encoding='utf-8') as f:
+      reference = json.load(f)
+  except ValueError as e:  # not UTF-8 text, or not JSON
     reference = e
   if not isinstance(reference, dict):
     raise ValueError(f'{path} is not a JSON object ({str(reference)[:80]}): it records which '
