@@ -125,10 +125,11 @@ def read_reference(phase_directory: str) -> dict[str, Any] | None:
   try:
     with open(path, encoding='utf-8') as f:
       reference = json.load(f)
+    problem = None if isinstance(reference, dict) else str(reference)
   except ValueError as e:  # not UTF-8 text, or not JSON
-    reference = e
-  if not isinstance(reference, dict):
-    raise ValueError(f'{path} is not a JSON object ({str(reference)[:80]}): it records which '
+    problem = str(e)
+  if problem is not None:
+    raise ValueError(f'{path} is not a JSON object ({problem[:80]}): it records which '
                      'checkpoint of the previous phase was loaded as π_ref (each '
                      "checkpoint's metadata holds the same record); move it aside to go "
                      'on without it')
