@@ -1,4 +1,5 @@
-"""Installs vermem_jax with its runtime requirements and an optional test extra."""
+"""Installs vermem_jax with its runtime requirements; extras add tests, accelerators
+(`cuda12`, `tpu`), notebooks and the interactive benchmarks."""
 import pathlib
 
 from setuptools import find_packages, setup
@@ -59,6 +60,10 @@ setup(
         "pddl": [PDDLGYM] + PDDL_RUNTIME,
         "pddl-runtime": PDDL_RUNTIME,
         "alfworld": ["alfworld==0.4.2", "textworld[pddl]==1.7.0"],  # + ALFWORLD_DATA
+        # Accelerators: JAX's own extras at the pinned version (docs/hardware.md);
+        # the CPU install above needs neither.
+        "cuda12": ["jax[cuda12]==0.10.2"],
+        "tpu": ["jax[tpu]==0.10.2"],
         # Pathways on Cloud (experiments/run.py --pathways); never needed otherwise.
         "pathways": ["pathwaysutils"],
     },

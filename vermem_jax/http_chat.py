@@ -58,7 +58,9 @@ class ChatBackendConfig:
   (`sft.teacher_*`) share.
 
   Attributes:
-    base_url: server root, e.g. 'http://127.0.0.1:8000/v1' ('' = none configured).
+    base_url: server root, e.g. 'http://127.0.0.1:8001/v1' ('' = none configured);
+      the defaults and docs give each role its port: verifier 8001, task solver 8002,
+      judge 8003, SFT teacher 8004 (docs/serving.md).
     model: model name sent in every request.
     api_key_env: environment variable holding the API key ('' = no authentication).
     timeout_s: per-request timeout (seconds, > 0).
@@ -197,7 +199,7 @@ class ChatClient:
   """Client of one OpenAI-compatible chat-completions endpoint (vLLM, SGLang, hosted).
 
   Args:
-    base_url: endpoint root, e.g. 'http://127.0.0.1:8000/v1' (a trailing '/' is ok).
+    base_url: endpoint root, e.g. 'http://127.0.0.1:8001/v1' (a trailing '/' is ok).
     model: model name sent with each request.
     api_key_env: name of the environment variable holding the key ('' = no auth).
     require_api_key: raise at construction when `api_key_env` is unset (else send no

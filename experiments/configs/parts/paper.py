@@ -175,7 +175,7 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   # envs.sft_data.config.SFTDataConfig fields, teacher_base_url .. teacher_timeout_s its
   # `teacher` endpoint (http_chat.ChatBackendConfig). None = templates fill every class.
   c.sft.teacher_backend = ml_collections.FieldReference(None, field_type=str)  # off
-  c.sft.teacher_base_url = ''          # OpenAI-compatible endpoint (…/v1)
+  c.sft.teacher_base_url = ''          # e.g. http://127.0.0.1:8004/v1
   c.sft.teacher_model = ''             # model name served there
   c.sft.teacher_api_key_env = 'VERMEM_TEACHER_API_KEY'  # env var name; never logged
   c.sft.teacher_timeout_s = 30.0       # decision: seconds per request
@@ -304,7 +304,7 @@ def _verifier(c: ml_collections.ConfigDict) -> None:
   # backoff_s) are its `chat` (http_chat.ChatBackendConfig, VerifierConfig.from_config).
   c.verifier = ml_collections.ConfigDict()
   c.verifier.backend = 'openai_compatible'  # the paper uses frozen LLM verifiers
-  c.verifier.base_url = 'http://localhost:8000/v1'  # OpenAI-compatible endpoint
+  c.verifier.base_url = 'http://127.0.0.1:8001/v1'  # port per role: docs/serving.md
   c.verifier.model = 'verifier'        # model name served at base_url
   c.verifier.api_key_env = 'VERMEM_VERIFIER_API_KEY'  # env var name; key never logged
   c.verifier.timeout_s = 60.0          # decision: seconds per request
@@ -341,7 +341,7 @@ def _solver(c: ml_collections.ConfigDict) -> None:
   c.solver.temperature = 0.0           # greedy task solver (paper App. C.3)
   c.solver.top_p = 1.0                 # paper App. C.3
   # openai_compatible backend (vLLM, SGLang, a hosted API):
-  c.solver.base_url = ''               # endpoint root, e.g. http://127.0.0.1:8000/v1
+  c.solver.base_url = ''               # endpoint root, e.g. http://127.0.0.1:8002/v1
   c.solver.model = ''                  # model name served there
   c.solver.api_key_env = 'VERMEM_SOLVER_API_KEY'  # env var name ('' = no auth)
   c.solver.timeout_s = 60.0            # decision: seconds per request
@@ -406,7 +406,7 @@ def _eval(c: ml_collections.ConfigDict) -> None:
   # backend '' = none: J_judge and MQ are reported absent.
   c.eval.judge = ml_collections.ConfigDict()
   c.eval.judge.backend = ''            # '' | 'openai_compatible' | 'local_model'
-  c.eval.judge.base_url = ''           # openai_compatible: endpoint root (…/v1)
+  c.eval.judge.base_url = ''           # e.g. http://127.0.0.1:8003/v1
   c.eval.judge.model = ''              # the judge model (paper: a fixed Qwen-Max snapshot)
   c.eval.judge.api_key_env = 'VERMEM_JUDGE_API_KEY'  # env var name; key never logged
   c.eval.judge.timeout_s = 60.0        # decision: seconds per request
