@@ -48,7 +48,7 @@ setup(
         # source, and ~220 MB (pyarrow) of the default install.
         "tfds": _TFDS,
         # Runs experiments/notebooks/*.ipynb: `jupyter nbconvert --to notebook --execute`
-        # (README "Advantage statistics"); add `jupyterlab` for interactive use.
+        # (docs/training.md, "Advantage statistics"); add `jupyterlab` for interactive use.
         "notebook": [
             "nbconvert>=7.16",
             "ipykernel>=6",

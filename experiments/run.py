@@ -36,7 +36,7 @@ efficiency frontier (`<workdir>/table2/`; vermem_jax/eval/table2.py).
 
 Multi-host: the same command on every host, with --coordinator_address /
 --num_processes / --process_id (or nothing on a TPU pod slice, SLURM or Open MPI job,
-which JAX detects); see experiments/cli/processes.py and the README. Process 0 holds
+which JAX detects); see experiments/cli/processes.py and docs/distributed.md. Process 0 holds
 the lock and writes markers, metrics and logs; every process stops with the same
 message (exit status 2) on bad input.
 """

@@ -26,7 +26,7 @@ Every vermem_jax / torch ratio is printed with the CPU's model and bf16 flags
 Goals, like for like (bfloat16 compute on both sides): train step >= 1.5x and decode
 >= 2x transformers eager at batch 64. --out writes every figure as JSON.
 
-Example (the command behind the README's figures):
+Example (the command behind docs/performance.md's figures):
   .venv/bin/python experiments/benchmarks/bench_model.py --threads=2 --out=model.json
 Quick smoke run:
   .venv/bin/python experiments/benchmarks/bench_model.py --vocab_size=4096 \

@@ -12,7 +12,7 @@ and the peak arithmetic are described in vermem_jax/train/memory_plan.py).
     ... --model=/ckpt/Qwen3-4B-Instruct-2507/config.json --mesh=1,8,1
     ... --table --models=qwen2.5-7b-instruct,qwen3-4b-instruct-2507 --devices=8 \
         --device_gbs=74.5,87.5,131.3 --stages=learner,sampler,decode_step
-                                                # the README's table (GiB: 80/94/141 GB)
+                                                # docs/hardware.md's table (GiB: 80/94/141 GB)
 
 `--devices` must not exceed the devices JAX sees (the XLA flag above makes 8 on a CPU).
 `--measure` runs the learner stage on real arrays instead (one device, small shapes)

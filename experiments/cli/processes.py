@@ -1,7 +1,7 @@
 """Multi-host flags of experiments/run.py and the process-0 duties of a run.
 
 The same command runs on every host (TPU pod slice workers, SLURM tasks); see the
-README ("Multi-host runs"). Flags, passed to `jax.distributed.initialize`:
+docs/distributed.md ("Multi-host runs"). Flags, passed to `jax.distributed.initialize`:
 
   --coordinator_address=host:port  process 0's address (same on every process)
   --num_processes=N --process_id=i  the job size and this process's id

@@ -8,7 +8,7 @@ curriculum (SPEC §4: sft -> phase_a -> phase_b -> phase_c) at one scale:
   samples under the shared data root, the heuristic verifier and the oracle-evidence
   reader, a handful of small updates. A phase runs on a 2-core CPU in minutes. Values
   that differ from SPEC are reduced sizes and stand-ins, and the few different formulas
-  that `parts/tiny.DEVIATIONS` names (README: "Where the CPU default departs from the
+  that `parts/tiny.DEVIATIONS` names (docs/cpu-scale.md: "Where the CPU default departs from the
   paper").
 - `paper`: SPEC's values (Qwen2.5-7B-Instruct from an HF folder the user sets in
   `model.hf_checkpoint`, 8 tasks x 8 rollouts, 1,000 / 1,000 / 1,500 updates, ...).

@@ -52,7 +52,7 @@ class QwenConfig:
       program XLA keeps every layer's full-size float32 weight gradient and many
       layers' activations alive at once; planned Qwen2.5-7B learner peak per device on
       mesh (1, 8, 1) 91.7 GiB unrolled, 37.4 GiB scanned (Qwen3-4B 72.2 -> 27.0;
-      `plan_memory.py --stages=learner`, README "Hardware"). Cost: one stacked copy of
+      `plan_memory.py --stages=learner`, docs/hardware.md). Cost: one stacked copy of
       the layer parameters per call, and on the 2-layer CPU model a forward + backward
       8-15 % slower with different bfloat16 rounding. Off by default like `remat`; the
       experiment config sets it (`model.scan_layers`: on at paper scale, off in tiny).

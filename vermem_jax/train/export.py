@@ -104,7 +104,7 @@ def write_tokenizer(tok, out: str) -> None:
     return
   shutil.copy2(path, os.path.join(out, 'tokenizer.model'))
   # No tokenizer_class: transformers' SentencePiece-based classes normalize text
-  # differently and give other ids than `sentencepiece` itself (README).
+  # differently and give other ids than `sentencepiece` itself (docs/serving.md).
   cfg = {'eos_token': tok.decode([tok.eos_token_id]),
          'pad_token': tok.decode([tok.pad_token_id]),
          'chat_template': CHATML_TEMPLATE,

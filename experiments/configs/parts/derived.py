@@ -62,10 +62,9 @@ def linear_buckets(min_len: int | None, max_len: int, step: int) -> list[int]:
   return list(range(min_len, max_len, step)) + [max_len]
 
 
-# The tiny (CPU) scale's buckets (decision, measured): every 128 tokens from 384, and
-# one command bucket. On CPU the cost of a padded row grows with T^2 (attention), so
-# finer length buckets pay for their extra compilations within one SFT run, while the
-# command bucket only sizes the [B, L, V] head projection.
+# The tiny (CPU) scale's buckets (decision): every 128 tokens from 384, one command
+# bucket; on CPU a padded row costs O(T^2), so finer buckets pay for their compilations
+# (docs/cpu-scale.md, "Inputs").
 TINY_BUCKET_STEP = 128
 TINY_MIN_BUCKET = 384
 

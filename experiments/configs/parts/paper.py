@@ -61,9 +61,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
   c.model.dtype = 'bfloat16'           # compute dtype on accelerators
   c.model.param_dtype = 'float32'
   c.model.remat = True                 # 8,192-token inputs need rematerialization
-  # Decoder layers as one lax.scan in training (QwenConfig.scan_layers): the planned
-  # Qwen2.5-7B learner peak per device is 37.4 GiB with it, 91.7 GiB without (mesh
-  # (1, 8, 1), plan_memory.py --stages=learner, README "Hardware").
+  # Decoder layers as one lax.scan in training (QwenConfig.scan_layers): it makes the
+  # Qwen2.5-7B learner fit 80 GB devices (docs/hardware.md).
   c.model.scan_layers = True
   # Attention kernel (models/attention.py): 'auto' = Pallas flash on TPU, cuDNN on GPU
   # (bf16), blockwise online softmax elsewhere; memory linear in the input length.
@@ -71,12 +70,8 @@ def _model(c: ml_collections.ConfigDict) -> None:
   c.model.attn_block_q = 512           # decision: query / key block of blockwise and
   c.model.attn_block_kv = 512          # pallas (tokens)
   # Mesh axes (models/sharding.py); mesh_data -1 = the devices fsdp x tensor leave.
-  # Decision from experiments/benchmarks/plan_memory.py (Qwen2.5-7B, 8 devices, per
-  # device): pure data parallelism (8, 1, 1) holds the float32 θ, π_ref, both AdamW
-  # moments and the gradient sum whole on every device, 142 GiB before any
-  # activation; FSDP over 8 devices (1, 8, 1) shards all of them 8 ways (17.7 GiB;
-  # learner peak 37.4 GiB with the scanned layers, README "Hardware").
-  # 16 devices run (2, 8, 1).
+  # FSDP over 8: pure data parallelism needs 142 GiB of state per device before any
+  # activation (docs/hardware.md). 16 devices run (2, 8, 1).
   c.model.mesh_data = -1
   c.model.mesh_fsdp = 8
   c.model.mesh_tensor = 1
@@ -95,9 +90,8 @@ def _memory(c: ml_collections.ConfigDict) -> None:
   c.memory = ml_collections.ConfigDict()
   c.memory.context_budget = 2048       # SPEC §1 decision: C_t budget in tokens
   # SPEC §7 decision: a document longer than min(this, context_budget // 4) tokens
-  # enters the environment in sentence chunks, each its own observation, and T_e keeps
-  # that much of C free for a restore (memory.interaction); the phase generators
-  # share the number (episodes.max_doc_tokens).
+  # enters in sentence chunks, and T_e keeps that much of C free for a restore
+  # (memory.interaction; the phase generators share it as episodes.max_doc_tokens).
   c.memory.max_doc_tokens = 320
   # SPEC §1: g(s) at most 8,192 tokens. A reference: the bucket fields derive from it.
   c.memory.policy_input_limit = ml_collections.FieldReference(8192)
@@ -194,10 +188,9 @@ def _sft(c: ml_collections.ConfigDict) -> None:
   # decision: SPEC §4 gives the warmup ratio only; after warmup, linear decay to 0 (HF
   # get_linear_schedule_with_warmup). 'linear' | 'cosine' | 'constant' (train/optim.py).
   c.sft.lr_schedule = 'linear'
-  # Eq. 7 is the sequence NLL -log π(u* | x): each command's token NLLs summed, mean
-  # over commands ('sequence'). 'decision' = each command's per-token mean, then the
-  # mean over commands; 'sqrt' = each command's sum over √(its tokens), then the mean;
-  # 'token' = mean over all command tokens (grpo.NLL_REDUCTIONS).
+  # Eq. 7 is the sequence NLL: each command's token NLLs summed, mean over commands
+  # ('sequence'). The alternatives 'decision', 'sqrt', 'token' are described in
+  # grpo.NLL_REDUCTIONS and docs/training.md.
   c.sft.loss_reduction = 'sequence'
   # decision: stop after this many consecutive optimizer steps with a non-finite loss
   # or gradient (each is skipped; SPEC §6 asks that none reaches the parameters).
@@ -227,17 +220,13 @@ def _rl(c: ml_collections.ConfigDict) -> None:
   # Greedy internal-dev episodes run at the phase's start (θ_prev) and end for its
   # summary (train/internal_dev.py; decision: 64 of the 800 dev episodes; 0 = off).
   c.rl.internal_dev_episodes = 64
-  # θ_old log-probs in the ratio ρ (decision; SPEC §6 samples with top-p 0.95):
-  #   'learner': recomputed in the learner's forward at the rollout temperature under
-  #     stop_gradient. One optimizer step per update makes θ = θ_old there, so ρ = 1
-  #     exactly; the sampler's numbers are log-probs under the top-p-renormalized
-  #     distribution and would bias ρ by log(nucleus mass).
-  #   'sampler': the sampler's recorded log-probs (the bias above included).
+  # θ_old log-probs in the ratio ρ (decision): recomputed by the learner, since the
+  # sampler's are top-p-renormalized and would bias ρ by log(nucleus mass); 'sampler'
+  # uses those (docs/training.md).
   c.rl.old_logprobs = 'learner'
-  # GRPO passes (SPEC §6 decision; the paper gives no value): num_iterations = μ passes
-  # over each update's rollouts with θ_old and the advantages fixed, each pass split
-  # into mini_batches_per_iteration shuffled mini-batches, one optimizer step each. With
-  # μ = 1 and one mini-batch the ratio is 1 and the clip never acts; μ > 1 makes it live.
+  # GRPO passes (SPEC §6 decision; the paper gives none): μ passes over each update with
+  # θ_old fixed, each in shuffled mini-batches of one optimizer step. μ = 1 leaves the
+  # clip idle; μ > 1 makes it live (docs/training.md).
   c.rl.num_iterations = 1
   c.rl.mini_batches_per_iteration = 1
   # Temperature of π_θ, π_θold and π_ref in the loss; None = sampling.temperature (as
