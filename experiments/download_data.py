@@ -7,7 +7,7 @@ r"""Downloads the official HotpotQA train and dev-distractor files (docs/data.md
 The files land in `<data_dir>/hotpotqa/` under their official names, where the loader
 prefers them over the packaged samples (`--config.data.data_dir=<data_dir>`, or
 `VERMEM_DATA_DIR=<data_dir>`). URLs, sha256 sums and transfer settings are fields of
-`experiments/configs/download_data.py`, overridden with `--config.<field>=value`
+`experiments/configs/download/hotpotqa.py`, overridden with `--config.<field>=value`
 (e.g. `--config.files.train.url=...`). Each file shows a progress bar, resumes an
 interrupted transfer from `<file>.part`, and is renamed to its final name only after
 its sha256 matched. Errors (offline, HTTP status, sha256 mismatch, a missing sum
@@ -32,8 +32,11 @@ from experiments.cli import config_argv  # noqa: E402
 from vermem_jax import paths  # noqa: E402
 from vermem_jax.envs import hotpotqa_download  # noqa: E402
 
+# Not among the run configs beside it (run.py lists those), so in a folder of its own.
+DEFAULT_CONFIG = config_argv.CONFIG_DIR / 'download' / 'hotpotqa.py'
 _CONFIG = config_flags.DEFINE_config_file(
-    'config', None, 'Default download_data.py in experiments/configs/: the download config (URLs, sha256 sums, transfer settings).', lock_config=True)
+    'config', None, f'The download config: URLs, sha256 sums, transfer settings '
+    f'(default {DEFAULT_CONFIG}).', lock_config=True)
 _DATA_DIR = flags.DEFINE_string(
     'data_dir', None, 'Data root; the files go to <data_dir>/hotpotqa/.')
 _FILES = flags.DEFINE_list(
@@ -81,7 +84,7 @@ def entry() -> None:
   if any(a in ('-h', '--help', '--helpshort') for a in argv[1:]):
     app.usage(shorthelp=True, writeto_stdout=True, exitcode=0)
   if not any(a == '--config' or a.startswith('--config=') for a in argv[1:]):
-    argv.insert(1, '--config=download_data.py')
+    argv.insert(1, f'--config={DEFAULT_CONFIG}')
   try:
     argv = config_argv.resolve_config_argv(argv)
     config_argv.check_config_argv(argv)

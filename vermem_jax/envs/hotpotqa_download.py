@@ -1,6 +1,6 @@
 """Fetching the official HotpotQA files over HTTP: resumable, sha256-verified.
 
-`experiments/download_data.py` (config `experiments/configs/download_data.py`) calls
+`experiments/download_data.py` (config `experiments/configs/download/hotpotqa.py`) calls
 `download_file` once per file; docs/data.md is the user guide. A download goes to
 `<dest>.part` and is renamed to `<dest>` only after its sha256 matched, so the final
 name never holds a partial or corrupt file. An existing `.part` is continued with an
