@@ -18,21 +18,20 @@ def reassociation_atol(n_terms: int, magnitude: float) -> float:
   return n_terms * F32_EPS * float(magnitude)
 
 
-def first_step_gradients(opt_state, b1: float) -> list[np.ndarray]:
-  """The (clipped) gradient an optax Adam/AdamW took its first step with: its first
-  moment mu = (1 - b1) g, per leaf."""
-  mu = optax.tree_utils.tree_get(opt_state, 'mu')
-  return [np.asarray(m, np.float64) / (1 - b1) for m in jax.tree.leaves(mu)]
+def assert_same_adam_moments(state_a, state_b, *, n_terms: int):
+  """Two optax Adam/AdamW states hold the same moments (mu, a running mean of the
+  gradients, and nu, of their squares) up to the reassociation of n_terms summed
+  terms, scaled by each leaf's largest entry. After one step mu = (1 - b1) g, so this
+  compares the gradient the optimizer was given.
 
-
-def assert_same_first_step_gradients(state_a, state_b, *, b1: float, n_terms: int):
-  """Both optimizer states took their first step with the same gradient, up to the
-  reassociation of n_terms summed terms, scaled by each leaf's largest entry.
-
-  Adam's first step itself, lr g / (|g| + eps_adam), is not compared: for entries
-  with |g| near eps_adam it turns rounding into a change of order lr.
+  The parameters Adam produced are not compared: its step lr m / (sqrt(v) + eps_adam)
+  turns the rounding of gradient entries near eps_adam into changes of order lr.
   """
-  for a, b in zip(first_step_gradients(state_a, b1), first_step_gradients(state_b, b1)):
-    scale = np.abs(a).max()
-    assert scale > 0
-    np.testing.assert_allclose(b, a, rtol=0, atol=reassociation_atol(n_terms, scale))
+  for name, factor in (('mu', 1), ('nu', 2)):  # nu ~ g^2: twice g's relative error
+    for a, b in zip(*(jax.tree.leaves(optax.tree_utils.tree_get(s, name))
+                      for s in (state_a, state_b))):
+      a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+      scale = np.abs(a).max()
+      assert scale > 0, name
+      np.testing.assert_allclose(b, a, rtol=0, err_msg=name,
+                                 atol=factor * reassociation_atol(n_terms, scale))
