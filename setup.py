@@ -29,6 +29,11 @@ setup(
               + find_packages("third_party", include=["vermem_benchmarks",
                                                       "vermem_benchmarks.*"])),
     package_dir={"vermem_benchmarks": "third_party/vermem_benchmarks"},
+    # Data the default run reads from the package (vermem_jax.paths): the SentencePiece
+    # model, the tiny pretrained base and the HotpotQA samples (CC BY-SA 4.0, with
+    # their README), so a wheel carries them too.
+    package_data={"vermem_jax": ["assets/*.model", "assets/tiny_base/*",
+                                 "assets/hotpotqa/*"]},
     python_requires=">=3.11",
     install_requires=_requirements("requirements.txt"),
     extras_require={

@@ -1,6 +1,10 @@
-"""Shared pytest fixtures. The data root comes from vermem_jax.paths (never the repo)."""
+"""Shared pytest fixtures. The data root comes from vermem_jax.paths, completed with the
+Qwen tokenizers shipped in tests/data/tokenizers when it lacks them."""
 import atexit
+import json
+import lzma
 import os
+import pathlib
 import shutil
 import tempfile
 
@@ -20,12 +24,53 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 from vermem_jax import paths  # noqa: E402
 
+# The Qwen tokenizer folders shipped for the tests (tests/data/tokenizers/README.md):
+# each folder's own files, plus the BPE files both models share, stored once (xz).
+_TEST_TOKENIZERS = pathlib.Path(__file__).resolve().parent / "data" / "tokenizers"
+TOKENIZER_NAMES = ("qwen2.5", "qwen3")
+SHARED_BPE_FILES = ("vocab.json", "merges.txt")
+
+
+def _write_test_tokenizer(name: str, dest: str) -> None:
+  shutil.copytree(_TEST_TOKENIZERS / name, dest)
+  for file in SHARED_BPE_FILES:
+    with lzma.open(_TEST_TOKENIZERS / f"{file}.xz") as src, open(
+        os.path.join(dest, file), "wb") as out:
+      shutil.copyfileobj(src, out)
+
+
+def _test_data_root() -> str:
+  """The data root the session uses: `paths.default_data_dir()` when it holds both
+  tokenizer folders, else a temporary root that links its `hotpotqa/` (and any
+  tokenizer folder it has) and adds the shipped tokenizers, so a clone with nothing
+  beside it runs every test."""
+  root = paths.default_data_dir()
+  if all(os.path.isdir(paths.tokenizer_dir(n, root)) for n in TOKENIZER_NAMES):
+    return root
+  tmp = tempfile.mkdtemp(prefix="vermem-jax-test-data-")
+  atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+  os.symlink(os.path.abspath(paths.hotpotqa_dir(root)), os.path.join(tmp, "hotpotqa"))
+  os.mkdir(os.path.join(tmp, "tokenizers"))
+  for name in TOKENIZER_NAMES:
+    dest = paths.tokenizer_dir(name, tmp)
+    if os.path.isdir(paths.tokenizer_dir(name, root)):
+      os.symlink(os.path.abspath(paths.tokenizer_dir(name, root)), dest)
+    else:
+      _write_test_tokenizer(name, dest)
+  return tmp
+
+
+# Set for the whole session (configs read it when built, and test subprocesses inherit
+# it), so every consumer of paths.default_data_dir() sees the same root.
+os.environ[paths.DATA_DIR_ENV] = _test_data_root()
+
 
 @pytest.fixture(scope="session")
 def data_dir():
   d = paths.default_data_dir()
-  if not os.path.isdir(d):
-    pytest.fail(f"shared data not found at {d}; set {paths.DATA_DIR_ENV}")
+  if not os.path.isdir(paths.hotpotqa_dir(d)):
+    pytest.fail(f"no HotpotQA folder at {paths.hotpotqa_dir(d)}; set "
+                f"{paths.DATA_DIR_ENV} to a data root holding hotpotqa/ (docs/data.md)")
   return d
 
 
@@ -37,6 +82,23 @@ def qwen25_tokenizer_dir(data_dir):
 @pytest.fixture(scope="session")
 def hotpotqa_dir(data_dir):
   return paths.hotpotqa_dir(data_dir)
+
+
+@pytest.fixture(scope="session")
+def raw_rows(hotpotqa_dir):
+  """split ('train' | 'validation') -> the sample file's raw JSON rows, read with the
+  stdlib alone (plain or packaged `.xz`), as the tests' reference for the loaders."""
+  cache = {}
+
+  def read(split):
+    if split not in cache:
+      name = {"train": "train_sample.json", "validation": "dev_distractor_sample.json"}[split]
+      path = os.path.join(hotpotqa_dir, name)
+      plain = os.path.isfile(path)
+      with (open(path, "rb") if plain else lzma.open(path + ".xz")) as f:
+        cache[split] = json.loads(f.read().decode("utf-8"))
+    return cache[split]
+  return read
 
 
 @pytest.fixture(scope="module")

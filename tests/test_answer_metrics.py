@@ -1,6 +1,4 @@
 """Tests for vermem_jax.envs.answer_metrics against hand-computed official behaviour."""
-import json
-import os
 
 import pytest
 
@@ -61,10 +59,8 @@ def test_type_errors():
     hm.f1_score("a", 3)
 
 
-def test_gold_answers_score_one_against_themselves(hotpotqa_dir):
-  path = os.path.join(hotpotqa_dir, "dev_distractor_sample.json")
-  with open(path) as f:
-    rows = json.load(f)
+def test_gold_answers_score_one_against_themselves(raw_rows):
+  rows = raw_rows("validation")
   answers = [r["answer"] for r in rows[:50]]
   assert answers
   for a in answers:

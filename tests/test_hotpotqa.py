@@ -10,14 +10,9 @@ import pytest
 from vermem_jax.envs import hotpotqa
 from vermem_jax.envs import hotpotqa_sources as sources
 
-_TRAIN_FILE = "train_sample.json"
-_DEV_FILE = "dev_distractor_sample.json"
-
-
 @pytest.fixture(scope="module")
-def raw_train(hotpotqa_dir):
-  with open(os.path.join(hotpotqa_dir, _TRAIN_FILE), encoding="utf-8") as f:
-    return json.load(f)
+def raw_train(raw_rows):
+  return raw_rows("train")
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +25,8 @@ def dev(hotpotqa_dir):
   return sources.load_examples("json", "validation", data_dir=hotpotqa_dir)
 
 
-def test_every_sample_example_loads(train, dev, raw_train, hotpotqa_dir):
-  with open(os.path.join(hotpotqa_dir, _DEV_FILE), encoding="utf-8") as f:
-    raw_dev = json.load(f)
+def test_every_sample_example_loads(train, dev, raw_train, raw_rows):
+  raw_dev = raw_rows("validation")
   assert len(train) == len(raw_train) == 592
   assert len(dev) == len(raw_dev) == 1093
   for raw, ex in zip(raw_train + raw_dev, train + dev):
@@ -282,3 +276,16 @@ def test_bad_files_name_path_and_row(tmp_path, raw_train):
 def test_data_config_rejects_bad_values(field, value, match):
   with pytest.raises(ValueError, match=match):
     hotpotqa.DataConfig(**{field: value})
+
+
+def test_xz_files_load_like_plain_ones_and_plain_wins(raw_train, tmp_path):
+  import lzma  # pylint: disable=g-import-not-at-top
+  with lzma.open(tmp_path / "train_sample.json.xz", "wt", encoding="utf-8") as f:
+    json.dump(raw_train[:3], f)
+  got = sources.load_examples("json", "train", data_dir=str(tmp_path))
+  assert [e.id for e in got] == [r["_id"] for r in raw_train[:3]]
+  (tmp_path / "train_sample.json").write_text(json.dumps(raw_train[3:4]))
+  assert hotpotqa.find_split_file("train", str(tmp_path)).endswith("train_sample.json")
+  (tmp_path / "hotpot_train_v1.1.json.xz").write_bytes(b"not xz")
+  with pytest.raises(ValueError, match=r"hotpot_train_v1\.1\.json\.xz: not a valid xz"):
+    sources.load_examples("json", "train", data_dir=str(tmp_path))

@@ -11,6 +11,7 @@ import numpy as np
 import optax
 import pytest
 
+import float_tolerance  # tests/ helper  # pylint: disable=g-bad-import-order
 from test_grpo import ref_ppo_loss_and_logit_grad  # pylint: disable=g-bad-import-order
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
@@ -158,7 +159,7 @@ def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
   opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,
                               lr_schedule='constant')
   ppo = rl_optimizer.PPOConfig(1, 2)
-  got, _, m = _run(params, decisions, opt=opt, ppo=ppo, shuffle_seed=(7, 3))
+  _, got_state, m = _run(params, decisions, opt=opt, ppo=ppo, shuffle_seed=(7, 3))
   first, second = batching.mini_batch_partition(len(decisions), 2,
                                                 np.random.default_rng([7, 3, 0]))
   # Step 1: a one-step update on the first mini-batch (θ = θ_old, N_b = its size).
@@ -169,9 +170,13 @@ def test_mini_batches_fix_theta_old_and_normalize_per_mini_batch(setup):
       temperature=0.7, pad_id=0)
   fixed = [dataclasses.replace(decisions[i], old_logprobs=lp)
            for i, lp in zip(second, old)]
-  want, _, m2 = _run(p1, fixed, opt=opt, state=s1, ref=params,
-                     loss=dataclasses.replace(LOSS, old_logprobs='sampler'))
-  _assert_trees_close(got, want, rtol=1e-6, atol=1e-8)
+  _, want_state, m2 = _run(p1, fixed, opt=opt, state=s1, ref=params,
+                           loss=dataclasses.replace(LOSS, old_logprobs='sampler'))
+  # θ_old's log-probs come from other row groupings here than in the learner, so the
+  # two steps' gradients, and Adam's moments, agree to float32 reassociation.
+  float_tolerance.assert_same_adam_moments(
+      got_state, want_state,
+      n_terms=sum(len(d.prompt_tokens) + len(d.command_tokens) for d in decisions))
   assert m['train/optimizer_steps'] == 2 and m['train/num_mini_batches'] == 2
   assert m['train/pass1/ratio_max'] == pytest.approx(m2['train/ratio_max'], rel=1e-6)
   assert m['train/pass1/ratio_max'] != 1.0  # the second step already moved off θ_old

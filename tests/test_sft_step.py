@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 
+import float_tolerance  # tests/ helper  # pylint: disable=g-bad-import-order
 from test_sft_examples import examples  # pylint: disable=g-bad-import-order,unused-import
 from test_sft_examples import records  # pylint: disable=unused-import
 from test_sft_examples import tok  # pylint: disable=unused-import
@@ -116,20 +117,21 @@ def test_gradient_accumulation_over_unequal_micro_batches(params, short):
   opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=10, warmup_ratio=0.0,
                               lr_schedule='linear', section='sft')
   state = optim.init_optimizer(params, opt=opt)
-  p_full, _, m_full = sft_step.train_step(params, state, [full], model_config=MODEL,
+  _, s_full, m_full = sft_step.train_step(params, state, [full], model_config=MODEL,
                                           opt=opt)
-  p_parts, _, m_parts = sft_step.train_step(params, state, parts, model_config=MODEL,
-                                            opt=opt)
-  np.testing.assert_allclose(m_parts['loss'], m_full['loss'], rtol=1e-5)
-  np.testing.assert_allclose(m_parts['grad_norm'], m_full['grad_norm'], rtol=1e-5)
+  p_parts, s_parts, m_parts = sft_step.train_step(params, state, parts,
+                                                  model_config=MODEL, opt=opt)
+  # Both splits sum the same token losses in other orders (float_tolerance); the
+  # mean cross-entropy has positive terms, so its tolerance is relative.
+  n_terms = sum(len(d.prompt_tokens) + len(d.command_tokens) for d in dec)
+  rel = float_tolerance.reassociation_atol(n_terms, 1.0)
+  np.testing.assert_allclose(m_parts['loss'], m_full['loss'], rtol=rel)
+  np.testing.assert_allclose(m_parts['grad_norm'], m_full['grad_norm'], rtol=rel)
   assert m_full['num_commands'] == m_parts['num_commands'] == 4
-  acc_full, acc_parts = _loss(params, [full]), _loss(params, parts)
-  for a, b in zip(jax.tree.leaves(acc_full['grads']), jax.tree.leaves(acc_parts['grads'])):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-5, atol=1e-7)
-  # Adam's first step is ~lr * g / |g| per element, which magnifies float rounding
-  # where g ~ 0: the updated params agree to 0.1% of the step size (lr = 1e-3).
-  for a, b in zip(jax.tree.leaves(p_full), jax.tree.leaves(p_parts)):
-    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=1e-6)
+  float_tolerance.assert_same_adam_moments(s_full, s_parts, n_terms=n_terms)
+  moved = [not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params),
+                                                     jax.tree.leaves(p_parts))]
+  assert any(moved)
 
 
 def test_overfits_a_handful_of_records(params, short):

@@ -1,7 +1,5 @@
 """Tests for vermem_jax.tokenization against the known Qwen ids (shared tokenizer README)
 and a SentencePiece model trained here on HotpotQA sample sentences."""
-import json
-import os
 
 import pytest
 
@@ -23,9 +21,8 @@ CHAT_IDS = [151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13, 151645, 198, 15
 ENDOFTEXT, IM_START, IM_END, THINK, END_THINK = 151643, 151644, 151645, 151667, 151668
 
 
-def _hotpot_sentences(hotpotqa_dir, limit):
-  with open(os.path.join(hotpotqa_dir, "train_sample.json")) as f:
-    rows = json.load(f)
+def _hotpot_sentences(raw_rows, limit):
+  rows = raw_rows("train")
   out = []
   for row in rows:
     for _, sents in row["context"]:
@@ -49,8 +46,8 @@ def qwen3(data_dir):
 
 
 @pytest.fixture(scope="module")
-def sentences(hotpotqa_dir):
-  return _hotpot_sentences(hotpotqa_dir, 400)
+def sentences(raw_rows):
+  return _hotpot_sentences(raw_rows, 400)
 
 
 @pytest.fixture(scope="module")

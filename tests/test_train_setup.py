@@ -11,6 +11,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+import float_tolerance  # tests/ helper
 import multidevice
 
 from experiments.configs import common
@@ -23,7 +24,7 @@ from vermem_jax.train import setup
 
 _SCRIPT = textwrap.dedent("""
     import json, tempfile
-    import jax, jax.numpy as jnp, numpy as np
+    import jax, jax.numpy as jnp, numpy as np, optax
     from vermem_jax.models import qwen, sampling, sharding
     from vermem_jax.rl import batching
     from vermem_jax.train import checkpoints, optim, rl_learner, setup, sft_step
@@ -53,10 +54,18 @@ _SCRIPT = textwrap.dedent("""
     def max_diff(a, b):
       return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y))))
                  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    def grad_rel_diff(s_a, s_b):
+      # The first step's gradients (Adam's mu = (1 - b1) g): the largest gap in a leaf
+      # over that leaf's largest entry, the quantity float_tolerance bounds.
+      mus = [jax.tree.leaves(optax.tree_utils.tree_get(s, 'mu')) for s in (s_a, s_b)]
+      return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))
+                       / max(float(np.max(np.abs(np.asarray(x)))), 1e-30))
+                 for x, y in zip(*mus))
+    out = {'n_terms': sum(len(d.prompt_tokens) + len(d.command_tokens)
+                          for d in decisions)}
     def same_shardings(tree, shardings):
       return all(x.sharding.is_equivalent_to(s, x.ndim)
                  for x, s in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings)))
-    out = {}
 
     # (a) one SFT step
     opt = optim.OptimizerConfig(learning_rate=1e-3, total_steps=4, warmup_ratio=0.0,
@@ -70,8 +79,8 @@ _SCRIPT = textwrap.dedent("""
     out['opt_embed_shard'] = list(mu['embed_tokens']['embedding']
                                   .addressable_shards[0].data.shape)
     p2, s2, m2 = sft_step.train_step(ps, ss, mbs, model_config=cfg, opt=opt, mesh=mesh)
-    out['sft'] = {'loss': [m1['loss'], m2['loss']], 'param_diff': max_diff(p1, p2),
-                  'opt_diff': max_diff(s1, s2), 'moved': max_diff(p1, params),
+    out['sft'] = {'loss': [m1['loss'], m2['loss']], 'grad_rel_diff': grad_rel_diff(s1, s2),
+                  'moved': max_diff(p1, params),
                   'params_sharded': same_shardings(p2, want),
                   'opt_sharded': same_shardings(s2[1][0].mu, want)}
 
@@ -87,8 +96,8 @@ _SCRIPT = textwrap.dedent("""
                                            decisions, lc, mesh=mesh)
     out['grpo'] = {k: [n1[k], n2[k]] for k in ('train/loss', 'train/kl',
                                                'train/grad_norm')}
-    out['grpo'].update(param_diff=max_diff(q1, q2), opt_diff=max_diff(t1, t2),
-                       moved=max_diff(q1, params), params_sharded=same_shardings(q2, want))
+    out['grpo'].update(grad_rel_diff=grad_rel_diff(t1, t2), moved=max_diff(q1, params),
+                       params_sharded=same_shardings(q2, want))
 
     # (c) checkpoint of the sharded SFT state restores into the sharded template
     d = tempfile.mkdtemp()
@@ -129,12 +138,20 @@ def mesh_result():
   return multidevice.run_on_8_devices(_SCRIPT)
 
 
+def _mesh_reassociation(mesh_result) -> float:
+  """Relative tolerance of a sharded sum of the script's tokens (float_tolerance)."""
+  return float_tolerance.reassociation_atol(mesh_result['n_terms'], 1.0)
+
+
 @pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_sft_step_on_mesh_matches_single_device(mesh_result):
-  r = mesh_result['sft']
-  assert r['loss'][0] == pytest.approx(r['loss'][1], abs=1e-5)
+  """The sharded step sums the same token losses in another order: loss and gradient
+  agree to (summed tokens) x float32 eps (float_tolerance; Adam's step itself would
+  magnify the rounding of near-zero gradient entries)."""
+  r, rel = mesh_result['sft'], _mesh_reassociation(mesh_result)
+  assert r['loss'][0] == pytest.approx(r['loss'][1], rel=rel)  # mean of positive CE
   assert r['moved'] > 1e-4  # the step really changed the params (Adam: ~lr 1e-3)
-  assert r['param_diff'] <= 1e-5 and r['opt_diff'] <= 1e-5
+  assert r['grad_rel_diff'] <= rel
   assert r['params_sharded'] and r['opt_sharded']
 
 
@@ -147,12 +164,14 @@ def test_optimizer_state_is_sharded_like_the_params(mesh_result):
 
 @pytest.mark.slow  # the shared 8-device subprocess (mesh_result) takes ~85 s
 def test_grpo_update_on_mesh_matches_single_device(mesh_result):
-  r = mesh_result['grpo']
-  for key in ('train/loss', 'train/kl', 'train/grad_norm'):
-    assert r[key][0] == pytest.approx(r[key][1], abs=1e-5, rel=1e-5), key
+  r, rel = mesh_result['grpo'], _mesh_reassociation(mesh_result)
+  # loss: terms of size |A| <= ~3 (standard normal advantages); KL, grad norm: relative.
+  assert r['train/loss'][0] == pytest.approx(r['train/loss'][1], abs=3 * rel)
+  for key in ('train/kl', 'train/grad_norm'):
+    assert r[key][0] == pytest.approx(r[key][1], rel=rel), key
   assert r['train/kl'][0] > 0
   assert r['moved'] > 1e-5
-  assert r['param_diff'] <= 1e-5 and r['opt_diff'] <= 1e-5
+  assert r['grad_rel_diff'] <= rel
   assert r['params_sharded']
 
 

@@ -258,15 +258,12 @@ def test_global_state_penalises_conflicts_and_ungrounded_entries():
   assert a.terminal_memory_consistency > c.terminal_memory_consistency
 
 
-def test_hotpotqa_supporting_facts_score_higher(hotpotqa_dir):
+def test_hotpotqa_supporting_facts_score_higher(raw_rows):
   """On real questions: storing a supporting sentence beats storing a distractor, and
   filtering a distractor beats filtering a supporting sentence (labels used only here
   to build the cases; the verifier never sees them)."""
-  import json
-  import os
   import random
-  with open(os.path.join(hotpotqa_dir, "dev_distractor_sample.json")) as f:
-    rows = json.load(f)[:60]
+  rows = raw_rows("validation")[:60]
   rng = random.Random(0)
   v = verifier()
   add_pairs, filter_pairs = [], []

@@ -1,8 +1,13 @@
-"""Where shared, non-repository files live (HotpotQA samples, tokenizer folders).
+"""Where data files live (HotpotQA samples, tokenizer folders, the packaged tiny base).
 
-The data never lives in the repository. Resolution order for the data root:
-  1. the `VERMEM_DATA_DIR` environment variable, if set;
-  2. `<repository root>/../shared/data` (the layout of a development checkout and CI).
+Resolution order for the data root (user guide: docs/data.md):
+  1. the `VERMEM_DATA_DIR` environment variable, if set (used as given, even if missing,
+     so a typo is reported rather than silently replaced);
+  2. `<repository root>/../shared/data`, if that folder exists (a development checkout
+     beside its shared data, and CI);
+  3. the copy packaged in `vermem_jax/assets/` (`PACKAGED_DATA_DIR`): the HotpotQA
+     samples compressed (`hotpotqa/*.json.xz`, CC BY-SA 4.0, see its README.md). It has
+     no Hugging Face tokenizer folders: Qwen runs name their model folder.
 Configs carry the resolved path in a field (`config.data.data_dir`) that users override.
 """
 
@@ -11,18 +16,31 @@ import pathlib
 
 DATA_DIR_ENV = "VERMEM_DATA_DIR"
 _REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ASSETS = pathlib.Path(__file__).resolve().parent / "assets"
+# The data root of last resort, inside the package (so also inside a wheel).
+PACKAGED_DATA_DIR = str(_ASSETS)
 
 
-def default_data_dir() -> str:
-  """Returns the shared data root as a string path (it may not exist)."""
-  env = os.environ.get(DATA_DIR_ENV)
-  if env:
-    return env
+def shared_data_dir() -> str:
+  """`<repository root>/../shared/data` as a string path (it may not exist)."""
   return str(_REPO_ROOT.parent / "shared" / "data")
 
 
+def default_data_dir() -> str:
+  """The data root as a string path: `$VERMEM_DATA_DIR`, else `../shared/data` beside
+  the checkout when it exists, else `PACKAGED_DATA_DIR` (see the module docstring)."""
+  env = os.environ.get(DATA_DIR_ENV)
+  if env:
+    return env
+  shared = shared_data_dir()
+  if os.path.isdir(shared):
+    return shared
+  return PACKAGED_DATA_DIR
+
+
 def hotpotqa_dir(data_dir: str | None = None) -> str:
-  """Folder with `train_sample.json` and `dev_distractor_sample.json`."""
+  """Folder `<data_dir>/hotpotqa` with the HotpotQA files (official names, or the
+  samples `train_sample.json[.xz]` and `dev_distractor_sample.json[.xz]`)."""
   return os.path.join(data_dir or default_data_dir(), "hotpotqa")
 
 
@@ -34,7 +52,6 @@ def tokenizer_dir(name: str = "qwen2.5", data_dir: str | None = None) -> str:
 # The small-vocabulary SentencePiece model of the CPU default, shipped in the package
 # (derived data: `python -m vermem_jax.tokenizer_build` rebuilds it byte for byte).
 PACKAGED_TOKENIZERS = {"hotpotqa-sp4k": "hotpotqa_sp4k.model"}
-_ASSETS = pathlib.Path(__file__).resolve().parent / "assets"
 
 
 def packaged_tokenizer(name: str = "hotpotqa-sp4k") -> str:

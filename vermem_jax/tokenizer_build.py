@@ -157,7 +157,8 @@ def build(data_dir: str | None = None, vocab_size: int = VOCAB_SIZE) -> bytes:
 def main(argv: Sequence[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--data_dir', default=None,
-                      help=f'data root (default: ${paths.DATA_DIR_ENV} or ../shared/data)')
+                      help=f'data root (default: ${paths.DATA_DIR_ENV}, ../shared/data, or the '
+                           'packaged samples; docs/data.md)')
   parser.add_argument('--output', default=paths.packaged_tokenizer(),
                       help='where to write the .model file')
   parser.add_argument('--vocab_size', type=int, default=VOCAB_SIZE)

@@ -38,6 +38,7 @@ from vermem_jax.memory import interaction
 from vermem_jax.memory import config as mconfig
 from vermem_jax.memory import state as mstate
 from vermem_jax import paths  # noqa: E402
+from vermem_jax.envs import hotpotqa  # noqa: E402
 from vermem_jax import tokenization  # noqa: E402
 from vermem_jax.memory import render_cache  # noqa: E402
 from vermem_jax.memory import serialization  # noqa: E402
@@ -144,8 +145,7 @@ def main():
                       'the speedup of the cached path over it')
   bench_common.add_out_flag(p)
   args = p.parse_args()
-  with open(os.path.join(paths.hotpotqa_dir(), 'train_sample.json')) as f:
-    example = json.load(f)[args.question]
+  example = hotpotqa.read_json_rows(hotpotqa.find_split_file('train'))[args.question]
   counters = [('whitespace', token_count.count_whitespace_tokens, args.decisions)]
   if args.tokenizer != 'none':
     tok = tokenization.load_tokenizer(paths.tokenizer_dir(args.tokenizer))

@@ -5,10 +5,11 @@ one):
 
 - `source='json'`: the official files (`hotpot_train_v1.1.json`,
   `hotpot_dev_distractor_v1.json`) or the repository's samples (`train_sample.json`,
-  `dev_distractor_sample.json`). By default the folder `paths.hotpotqa_dir()` is searched,
-  official names first. To use the full dataset, either put the official files in a folder
-  and pass `data_dir=<folder>` (config: `config.data.hotpotqa_dir`), or pass
-  `path=<file>` for one explicit file.
+  `dev_distractor_sample.json`, packaged as `.json.xz`). By default the folder
+  `paths.hotpotqa_dir()` is searched, official names first. To use the full dataset,
+  either put the official files in a folder (`experiments/download_data.py`) and pass
+  `data_dir=<folder>` (config: `config.data.hotpotqa_dir`), or pass `path=<file>` for
+  one explicit file.
 - `source='tfds'`: the TFDS builder in `tfds_hotpotqa.py`, prepared from the same files
   (the builder's manual dir) as array_record and read with `tfds.data_source`. No
   TensorFlow is needed.
@@ -40,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import lzma
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -62,6 +64,9 @@ SPLIT_FILES = {
     TRAIN: ("hotpot_train_v1.1.json", "train_sample.json"),
     VALIDATION: ("hotpot_dev_distractor_v1.json", "dev_distractor_sample.json"),
 }
+
+# Suffix of an xz-compressed JSON file (the packaged samples: vermem_jax/assets/hotpotqa).
+XZ_SUFFIX = ".xz"
 
 SOURCES = ("json", "tfds", "hf")
 
@@ -360,31 +365,38 @@ def canonical_split(split: str) -> str:
 def find_split_file(split: str, data_dir: str | None = None) -> str:
   """Path of the JSON file for `split` in `data_dir` (default `paths.hotpotqa_dir()`).
 
-  Official names are preferred over sample names. Raises FileNotFoundError listing the
-  names searched.
+  Official names are preferred over sample names; each name is also accepted
+  xz-compressed (`<name>.xz`, as the package ships its samples), the plain file first.
+  Raises FileNotFoundError listing the names searched.
   """
   split = canonical_split(split)
   folder = data_dir or paths.hotpotqa_dir()
   for name in SPLIT_FILES[split]:
-    candidate = os.path.join(folder, name)
-    if os.path.isfile(candidate):
-      return candidate
+    for candidate in (os.path.join(folder, name), os.path.join(folder, name + XZ_SUFFIX)):
+      if os.path.isfile(candidate):
+        return candidate
   raise FileNotFoundError(
-      f"no HotpotQA {split} file in {folder!r} (looked for {SPLIT_FILES[split]}); "
+      f"no HotpotQA {split} file in {folder!r} (looked for {SPLIT_FILES[split]}, "
+      f"plain or {XZ_SUFFIX}); "
       f"pass data_dir=<folder with the official files> or path=<file>")
 
 
 def read_json_rows(path: str) -> list[Any]:
   """The list of raw rows of one official-layout JSON file.
 
-  A UTF-8 byte-order mark (files re-saved by some Windows editors) is accepted.
+  A UTF-8 byte-order mark (files re-saved by some Windows editors) is accepted. A path
+  ending in `.xz` is decompressed on the fly (stdlib `lzma`).
 
   Raises:
-    ValueError: not UTF-8, not valid JSON (e.g. a truncated download), or not a list.
+    ValueError: not UTF-8, not valid JSON (e.g. a truncated download), not a list, or
+      (`.xz`) not a valid xz stream.
   """
-  with open(path, "r", encoding="utf-8-sig") as f:
+  opener = lzma.open if path.endswith(XZ_SUFFIX) else open
+  with opener(path, "rt", encoding="utf-8-sig") as f:
     try:
       rows = json.load(f)
+    except lzma.LZMAError as e:
+      raise ValueError(f"{path}: not a valid xz file ({e})") from e
     except json.JSONDecodeError as e:
       raise ValueError(f"{path}: not valid JSON ({e}); a truncated download or copy "
                        "looks like this") from e

@@ -281,7 +281,7 @@ def _qwen3(**kw) -> QwenConfig:
 
 
 # Published numbers: each model's config.json on huggingface.co/Qwen (the 0.5B and 1.7B
-# values are also checked against the files in shared/data/tokenizers by the tests).
+# values are also checked against the config.json files in tests/data/tokenizers).
 PRESETS: dict[str, QwenConfig] = {
     'qwen2.5-0.5b-instruct': _qwen25(
         hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
