@@ -35,17 +35,22 @@ def test_flops_per_token(gpu_check):
   assert gpu_check.head_flops(cfg, 7) == 2 * 7 * cfg.hidden_size * cfg.vocab_size
 
 
+def _figures(gpu_check, tmp_path, *flags) -> dict:
+  """The figures of `gpu_check.main` on the tiny preset (V = 4,096, one repeat)."""
+  out = tmp_path / 'gpu_check.json'
+  assert gpu_check.main(['--preset=tiny', '--vocab_size=4096', '--repeats=1', *flags,
+                         f'--out={out}']) == 0
+  return json.loads(out.read_text())['figures']
+
+
 def test_planned_learner_bytes_are_those_of_the_program_it_runs(gpu_check, tmp_path):
   # The plan compiles the learner with abstract inputs on a one-device mesh; the check
   # runs the same jitted function on real arrays: the same shapes give the same
   # argument + output + temporary bytes (a shape or setting the two disagree on, e.g.
   # a batch key or the loss chunk, shows here).
-  out = tmp_path / 'gpu_check.json'
-  assert gpu_check.main(['--preset=tiny', '--length=256', '--command_tokens=32',
-                         '--learner_batch=2', '--decode_batch=4', '--new_tokens=8',
-                         '--vocab_size=4096', '--repeats=1', '--skip=decode,rollout',
-                         f'--out={out}']) == 0
-  figures = json.loads(out.read_text())['figures']
+  figures = _figures(gpu_check, tmp_path, '--length=256', '--command_tokens=32',
+                     '--learner_batch=2', '--decode_batch=4', '--new_tokens=8',
+                     '--skip=decode,rollout')
   ran = figures['learner']['program_gib']
   # θ, π_ref (float32) and the batch are arguments: at least twice the parameters.
   cfg = qwen_config.QwenConfig.preset('tiny', vocab_size=4096)
@@ -81,12 +86,9 @@ def test_planned_generate_seconds_on_one_h100_by_hand(gpu_check):
 
 
 def test_rollout_part_runs_the_copy_a_dev_chunk_and_the_solver_on_cpu(gpu_check, tmp_path):
-  out = tmp_path / 'gpu_check.json'
-  assert gpu_check.main(['--preset=tiny', '--length=128', '--decode_batch=2',
-                         '--new_tokens=8', '--solver_prompt=32', '--solver_new_tokens=4',
-                         '--vocab_size=4096', '--repeats=1', '--skip=learner,decode,plan',
-                         f'--out={out}']) == 0
-  r = json.loads(out.read_text())['figures']['rollout']
+  r = _figures(gpu_check, tmp_path, '--length=128', '--decode_batch=2', '--new_tokens=8',
+               '--solver_prompt=32', '--solver_new_tokens=4',
+               '--skip=learner,decode,plan')['rollout']
   for name in ('copy', 'dev_chunk', 'solver'):
     assert r[f'{name}_s'] > 0, name
   # A CPU is no hardware of the time plan: nothing planned, nothing measured by JAX.
