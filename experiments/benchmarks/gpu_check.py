@@ -18,7 +18,7 @@ minutes on one modern GPU:
            LLM solver's call (--decode_batch rows, prompts of --solver_prompt tokens,
            --solver_new_tokens new tokens), each timed next to `train.time_plan`'s
            planned seconds for this one device (its peak and HBM bandwidth from
-           experiments/configs/hardware.py by device kind, the plan's efficiencies)
+           experiments/configs/parts/hardware.py by device kind, the plan's efficiencies)
            and its measured memory next to the memory plan's dev_chunk / solver stage.
 For each it prints tokens/s (learner: B·T per step; decode: batch·new tokens per call,
 and prefill + decode tokens per second), peak device memory (`memory_stats`; on CPU the
@@ -74,7 +74,7 @@ from vermem_jax.train import memory_plan  # noqa: E402
 from vermem_jax.train import optim  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
 from vermem_jax.train import time_plan  # noqa: E402
-from experiments.configs import hardware  # noqa: E402
+from experiments.configs.parts import hardware  # noqa: E402
 
 GIB = 1024 ** 3
 # Dense bf16 peak TFLOP/s by device kind substring (vendor data sheets, SXM parts).

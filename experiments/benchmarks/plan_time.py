@@ -12,7 +12,7 @@ writes the null command, the oracle-evidence reader as solver: decisions per epi
 g(s) tokens of each decision, solver prompt tokens; command lengths from the
 scenarios' reference commands), caches it (`--episodes_json`), and prints
 `train.time_plan`'s seconds per update of each stage and its share on each hardware of
-experiments/configs/hardware.py, hours for the phase and for the curriculum
+experiments/configs/parts/hardware.py, hours for the phase and for the curriculum
 (phase_a + phase_b + phase_c updates, each with its own episode sample).
 `--check` compiles the memory plan's learner and sampler programs
 (`train.memory_plan.make_plan`) for the config's model cut to 2 layers (unscanned, so
@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
 import plan_memory  # noqa: E402
-from experiments.configs import hardware  # noqa: E402
+from experiments.configs.parts import hardware  # noqa: E402
 from vermem_jax import paths  # noqa: E402
 from vermem_jax import tokenization  # noqa: E402
 from vermem_jax.envs import environment  # noqa: E402

@@ -34,7 +34,7 @@ from vermem_jax.models import qwen_config
 
 @dataclasses.dataclass(frozen=True)
 class Hardware:
-  """One accelerator slice (vendors' data sheets; experiments/configs/hardware.py).
+  """One accelerator slice (vendors' data sheets; experiments/configs/parts/hardware.py).
 
   Attributes:
     name: what it is, in words.
