@@ -12,6 +12,7 @@ import pytest
 import multidevice
 
 from experiments.configs import common
+from vermem_jax.train import memory_plan
 from vermem_jax.train import setup
 
 _PLAN = os.path.join(os.path.dirname(__file__), '..', 'experiments', 'benchmarks',
@@ -181,3 +182,13 @@ def test_plan_has_every_stage_with_the_rollout_and_solver_copies():
   assert 0 <= extra <= 8 * (layers * 12 + 3), extra
   # A dev chunk holds the KV cache of the rollout batch at the same shapes.
   assert stages['dev_chunk']['temp'] >= state['kv_cache'] > 0
+
+
+def test_stage_table_lists_each_stage_peak_per_backbone():
+  g = memory_plan.GIB
+  plans = {'a': {'stages': {'learner': {'stage_peak': 1.5 * g},
+                            'solver': {'stage_peak': 2 * g}}},
+           'b': {'stages': {'learner': {'stage_peak': 0.3 * g}}}}
+  assert memory_plan.stage_table(plans).strip().splitlines() == [
+      '| stage (peak GiB / device) | a | b |', '| --- | --- | --- |',
+      '| learner | 1.5 | 0.3 |', '| solver | 2.0 | - |']
