@@ -53,10 +53,11 @@ and lays it out for decoding: every matrix in the compute dtype, sharded over
 'tensor' only (the 'fsdp' split dropped, so replicated on an fsdp-only mesh); the
 1-D norm scales and biases stay in float32 (the model reads them in float32, so
 decoding from the copy gives the same tokens as decoding from θ itself). The copy's
-all-gather runs in the compute dtype, once; `generate` on the copy then holds no
-parameter collective in its token loop (tests/test_rollout_copy.py counts them in the
-compiled program). On an fsdp-sharded θ without the copy, XLA may gather float32
-head chunks at every decode step (issue 38).
+all-gather runs in the compute dtype, once (XLA:CPU alone widens bf16 collectives to
+float32 late in its pipeline); `generate` on the copy then holds no parameter
+collective (tests/test_rollout_copy.py counts them in the partitioned program). On an
+fsdp-sharded θ without the copy, the partitioner gathers every weight inside the
+token loop; XLA hoists them for a small model, not all of them at 7B (issue 38).
 
 Randomness
 ----------
