@@ -10,8 +10,10 @@ import subprocess
 import sys
 
 
-def run_on_8_devices(script: str, timeout: float = 600) -> dict:
-  env = dict(os.environ, XLA_FLAGS='--xla_force_host_platform_device_count=8',
+def run_on_8_devices(script: str, timeout: float = 600, xla_flags: str = '') -> dict:
+  """`xla_flags`: more XLA flags (e.g. an HLO dump) after the device count."""
+  env = dict(os.environ,
+             XLA_FLAGS=f'--xla_force_host_platform_device_count=8 {xla_flags}'.strip(),
              JAX_PLATFORMS='cpu')
   proc = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
                         text=True, timeout=timeout)

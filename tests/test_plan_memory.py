@@ -12,6 +12,7 @@ import pytest
 import multidevice
 
 from experiments.configs import common
+from vermem_jax.train import memory_plan
 from vermem_jax.train import setup
 
 _PLAN = os.path.join(os.path.dirname(__file__), '..', 'experiments', 'benchmarks',
@@ -123,3 +124,71 @@ def test_three_grpo_updates_under_fsdp8_match_one_device():
   assert r['param_diff'] <= 2e-5
   # θ and the AdamW moments hold 1/8 of the embedding's 'embed' columns per device
   assert r['embed_shard'] == [512, 8] and r['mu_shard'] == [512, 8]
+
+
+_STAGES_SCRIPT = textwrap.dedent("""
+    import dataclasses, json
+    from experiments.configs import common
+    from vermem_jax.train import memory_plan
+    config = common.get_config('phase_b', 'scale=paper')
+    m = config.model
+    m.preset, m.hf_checkpoint = 'qwen2.5-0.5b-instruct', None
+    m.hidden_size, m.intermediate_size, m.num_hidden_layers = 256, 512, 2
+    m.num_attention_heads, m.num_key_value_heads, m.vocab_size = 4, 2, 4096
+    config.batching.micro_batch_size, config.batching.loss_chunk_size = 8, 32
+    config.batching.length_buckets, config.batching.command_buckets = (256,), (32,)
+    s = memory_plan.plan_settings(config, 8)
+    s = dataclasses.replace(s, prompt_len=128, max_new_tokens=32, solver_prompt_len=64,
+                            solver_new_tokens=16)
+    plan = memory_plan.make_plan(s)
+    mc = s.model_config
+    print('RESULT', json.dumps({
+        'mesh': list(s.mesh_shape), 'rows': s.rollout_rows, 'llm': s.llm_solver,
+        'tied': mc.tie_word_embeddings, 'head_dim': mc.head_dim,
+        'state': plan.state, 'stages': plan.stages}))
+""")
+
+
+@pytest.mark.slow
+def test_plan_has_every_stage_with_the_rollout_and_solver_copies():
+  r = multidevice.run_on_8_devices(_STAGES_SCRIPT)
+  assert r['mesh'] == [1, 8, 1] and r['llm']
+  d, f, v, layers, hd = 256, 512, 4096, 2, r['head_dim']
+  q, kv = 4 * hd, 2 * hd
+  # Qwen2.5 layer: q, k, v (with biases), o, gate/up/down; embedding (and head).
+  matrices = (layers * (d * q + 2 * d * kv + q * d + 3 * d * f)
+              + (1 if r['tied'] else 2) * v * d)
+  vectors = layers * (2 * d + q + 2 * kv) + d  # two norms and the biases, final norm
+  state, stages = r['state'], r['stages']
+  # The copy is replicated on an fsdp-only mesh: bf16 matrices, f32 vectors, whole.
+  assert state['rollout_copy'] == 2 * matrices + 4 * vectors
+  assert state['solver_copy'] == state['rollout_copy']
+  # θ is float32 with every matrix split over fsdp=8 (each has a dimension 8 divides).
+  assert state['params'] == 4 * matrices // 8 + 4 * vectors
+  assert set(stages) == {'learner', 'accumulate', 'optimizer', 'rollout_copy',
+                         'sampler_shared', 'sampler', 'decode_step', 'dev_chunk', 'solver'}
+  decoding = state['params'] + state['reference'] + state['optimizer'] + state['solver_copy']
+  for name in ('sampler_shared', 'sampler', 'decode_step', 'dev_chunk'):
+    assert stages[name]['resident'] == decoding, name
+  assert stages['solver']['resident'] == (decoding - state['solver_copy']
+                                          + state['rollout_copy'])
+  for name, st in stages.items():
+    assert st['stage_peak'] == st['peak'] + st['resident'], name
+    assert st['flops'] > 0, name
+  # The copy is the rollout programs' argument and the copy program's output.
+  assert stages['sampler']['argument'] >= state['rollout_copy']
+  # (+ the output tuple's table of 8-byte buffer pointers, one per leaf)
+  extra = stages['rollout_copy']['output'] - state['rollout_copy']
+  assert 0 <= extra <= 8 * (layers * 12 + 3), extra
+  # A dev chunk holds the KV cache of the rollout batch at the same shapes.
+  assert stages['dev_chunk']['temp'] >= state['kv_cache'] > 0
+
+
+def test_stage_table_lists_each_stage_peak_per_backbone():
+  g = memory_plan.GIB
+  plans = {'a': {'stages': {'learner': {'stage_peak': 1.5 * g},
+                            'solver': {'stage_peak': 2 * g}}},
+           'b': {'stages': {'learner': {'stage_peak': 0.3 * g}}}}
+  assert memory_plan.stage_table(plans).strip().splitlines() == [
+      '| stage (peak GiB / device) | a | b |', '| --- | --- | --- |',
+      '| learner | 1.5 | 0.3 |', '| solver | 2.0 | - |']

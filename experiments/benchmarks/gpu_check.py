@@ -12,6 +12,14 @@ minutes on one modern GPU:
   decode   `models.sampling.generate`, greedy, batch --decode_batch, prompts of
            T - --new_tokens tokens (left-padded, varied lengths), --new_tokens new
            tokens, KV cache of T slots (prefill inside the timing).
+  rollout  the decoding path of an RL update (issue 38): `sampling.rollout_copy` of θ
+           (float32 -> the compute dtype), one greedy dev chunk (--decode_batch rows
+           on the copy, prompts of the last bucket, --new_tokens new tokens) and the
+           LLM solver's call (--decode_batch rows, prompts of --solver_prompt tokens,
+           --solver_new_tokens new tokens), each timed next to `train.time_plan`'s
+           planned seconds for this one device (its peak and HBM bandwidth from
+           experiments/configs/parts/hardware.py by device kind, the plan's efficiencies)
+           and its measured memory next to the memory plan's dev_chunk / solver stage.
 For each it prints tokens/s (learner: B·T per step; decode: batch·new tokens per call,
 and prefill + decode tokens per second), peak device memory (`memory_stats`; on CPU the
 compile-time temp bytes instead) next to the memory plan's prediction for the same
@@ -44,6 +52,7 @@ On a GPU (defaults = the paper-scale check):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -64,6 +73,8 @@ from vermem_jax.rl import loss_step  # noqa: E402
 from vermem_jax.train import memory_plan  # noqa: E402
 from vermem_jax.train import optim  # noqa: E402
 from vermem_jax.train import rl_learner  # noqa: E402
+from vermem_jax.train import time_plan  # noqa: E402
+from experiments.configs.parts import hardware  # noqa: E402
 
 GIB = 1024 ** 3
 # Dense bf16 peak TFLOP/s by device kind substring (vendor data sheets, SXM parts).
@@ -85,7 +96,11 @@ def _parser():
   ap.add_argument('--repeats', type=int, default=3)
   ap.add_argument('--peak_tflops', type=float, default=None,
                   help='device peak (bf16 dense) for MFU; default from the GPU name')
-  ap.add_argument('--skip', default='', help='parts to skip: learner, decode, plan')
+  ap.add_argument('--solver_prompt', type=int, default=2048,
+                  help='solver prompt tokens (rollout part)')
+  ap.add_argument('--solver_new_tokens', type=int, default=64)
+  ap.add_argument('--skip', default='',
+                  help='parts to skip: learner, decode, rollout, plan')
   bench_common.add_out_flag(ap)
   return ap
 
@@ -141,18 +156,79 @@ def plan_settings(cfg: qwen_config.QwenConfig, args) -> memory_plan.PlanSettings
       opt=optim.OptimizerConfig(learning_rate=1e-6, total_steps=1, warmup_ratio=0.0,
                                 lr_schedule='constant'), rollout_rows=args.decode_batch,
       shared_prefill_rows=args.decode_batch, prompt_len=args.length - args.new_tokens,
-      max_new_tokens=args.new_tokens, do_sample=False)
+      max_new_tokens=args.new_tokens, do_sample=False,
+      solver_prompt_len=args.solver_prompt, solver_new_tokens=args.solver_new_tokens,
+      llm_solver=True)
 
 
-def planned_peaks(s: memory_plan.PlanSettings) -> dict:
+def planned_peaks(s: memory_plan.PlanSettings, rollout: bool = True) -> dict:
   """Planned device bytes of this check's two parts (module docstring): {'learner',
   'decode'} in GiB, and the seconds the ahead-of-time compiles took."""
-  plan = memory_plan.make_plan(s, stages=('learner', 'sampler'),
-                               devices=jax.devices()[:1])
-  return {'learner_gib': plan.stages['learner']['peak'] / GIB,
-          'decode_gib': (plan.stages['sampler']['peak'] + plan.state['reference']) / GIB,
-          'compile_s': plan.stages['learner']['compile_s']
-                       + plan.stages['sampler']['compile_s']}
+  stages = ('learner', 'sampler') + (('dev_chunk', 'solver') if rollout else ())
+  plan = memory_plan.make_plan(s, stages=stages, devices=jax.devices()[:1])
+  out = {'learner_gib': plan.stages['learner']['peak'] / GIB,
+         'decode_gib': (plan.stages['sampler']['peak'] + plan.state['reference']) / GIB,
+         'compile_s': sum(plan.stages[k]['compile_s'] for k in stages)}
+  # The rollout part holds θ, π_ref and the copy; the programs take the copy.
+  held = plan.state['params'] + plan.state['reference']
+  for name in stages[2:]:
+    out[f'{name}_gib'] = (plan.stages[name]['peak'] + held) / GIB
+  return out
+
+
+def one_chip(kind: str) -> time_plan.Hardware | None:
+  """One chip of the time plan's hardware of this device kind, or None."""
+  for hw in hardware.HARDWARE.values():
+    if hw.device_kind.lower() in kind.lower():
+      return dataclasses.replace(hw, chips=1)
+  return None
+
+
+def planned_generate_s(cfg, hw: time_plan.Hardware, rows: int, prompt: int,
+                       new_tokens: int) -> float:
+  """`time_plan`'s seconds of one greedy generate call on one chip: the prefill at
+  the prefill efficiency, `new_tokens` steps streaming the copy and the KV cache."""
+  work = time_plan.Work()
+  work.add('flops', 'rollout_prefill',
+           time_plan.generate_flops(cfg, rows, rows, prompt, new_tokens, 0))
+  work.add('flops', 'rollout_decode', new_tokens * time_plan.forward_flops(
+      cfg, rows, 1, prompt + new_tokens, rows))
+  copy = time_plan.matrix_params(cfg) * np.dtype(cfg.compute_dtype).itemsize
+  work.add('hbm_bytes', 'rollout_decode_per_chip', new_tokens * copy)
+  work.add('hbm_bytes', 'rollout_decode', new_tokens * rows * (prompt + new_tokens)
+           * time_plan.kv_bytes_per_token(cfg))
+  sec = time_plan.stage_seconds(work, hw, hardware.EFFICIENCY, 0.0, 1)
+  return sec['rollout_prefill'] + sec['rollout_decode']
+
+
+def rollout_check(cfg, params, args, planned) -> dict:
+  """The rollout copy, a dev chunk and the solver call, measured and planned."""
+  hw = one_chip(jax.devices()[0].device_kind)
+  b, n, p = args.decode_batch, args.new_tokens, args.length - args.new_tokens
+  first, copy_s = bench_common.time_median(
+      lambda: jax.block_until_ready(sampling.rollout_copy(cfg, params)), args.repeats)
+  copy = sampling.rollout_copy(cfg, params)
+  rs = np.random.RandomState(2)
+  out = {'copy_s': copy_s, 'copy_first_call_s': first}
+  if hw is not None:
+    # Read float32 θ, write the copy.
+    moved = (time_plan.matrix_params(cfg) * (4 + np.dtype(cfg.compute_dtype).itemsize))
+    out['copy_planned_s'] = moved / (hw.hbm_bytes_per_s * hardware.EFFICIENCY.decode_hbm)
+  for name, prompt, new in (('dev_chunk', p, n),
+                            ('solver', args.solver_prompt, args.solver_new_tokens)):
+    prompts = [rs.randint(1, cfg.vocab_size, prompt).tolist() for _ in range(b)]
+    kw = dict(rng=0, max_new_tokens=new, temperature=0.0, stop_token_ids=(),
+              pad_token_id=0, prompt_buckets=(prompt,))
+    first, sec = bench_common.time_median(lambda: jax.block_until_ready(
+        sampling.generate(cfg, copy, prompts, **kw).tokens), args.repeats)
+    out[f'{name}_s'] = sec
+    out[f'{name}_first_call_s'] = first
+    out[f'{name}_planned_s'] = (None if hw is None
+                                else planned_generate_s(cfg, hw, b, prompt, new))
+    mem = peak_memory()
+    out[f'{name}_peak_memory_gib'] = None if mem is None else mem / GIB
+    out[f'{name}_planned_gib'] = planned.get(f'{name}_gib')
+  return out
 
 
 def learner_check(cfg, params, ref_params, args, peak) -> dict:
@@ -248,7 +324,7 @@ def main(argv=None):
              'init_s': time.perf_counter() - t0}
   planned = {}
   if 'plan' not in args.skip:
-    planned = planned_peaks(plan_settings(cfg, args))
+    planned = planned_peaks(plan_settings(cfg, args), rollout='rollout' not in args.skip)
     figures['plan'] = planned
     print(f'memory plan (this device\'s compiler, abstract inputs, '
           f'{planned["compile_s"]:.0f} s): learner {planned["learner_gib"]:.2f} GiB, '
@@ -270,6 +346,15 @@ def main(argv=None):
           f'prefill + new tokens/s), first call {r["first_call_s"]:.1f} s, peak memory '
           f'so far {_gib(r["peak_memory_gib"])} (planned '
           f'{_gib(planned.get("decode_gib"))}), MFU {_pct(r["mfu"])}', flush=True)
+  if 'rollout' not in args.skip:
+    r = rollout_check(cfg, params, args, planned)
+    figures['rollout'] = r
+    print(f'rollout copy: {r["copy_s"]:.3f} s (planned {_sec(r.get("copy_planned_s"))})')
+    for name in ('dev_chunk', 'solver'):
+      print(f'{name}: {r[name + "_s"]:.2f} s/call (planned '
+            f'{_sec(r[name + "_planned_s"])}), first call {r[name + "_first_call_s"]:.1f} '
+            f's, peak memory so far {_gib(r[name + "_peak_memory_gib"])} (planned '
+            f'{_gib(r[name + "_planned_gib"])})', flush=True)
   figures['total_s'] = time.perf_counter() - t0
   print(f'total {figures["total_s"]:.0f} s')
   bench_common.write_figures(args.out, figures)
@@ -278,6 +363,10 @@ def main(argv=None):
 
 def _gib(x):
   return 'n/a' if x is None else f'{x:.2f} GiB'
+
+
+def _sec(x):
+  return 'n/a (unknown device)' if x is None else f'{x:.2f} s'
 
 
 def _pct(x):

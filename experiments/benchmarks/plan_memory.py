@@ -3,13 +3,16 @@ r"""Ahead-of-time memory plan of an RL phase, per device, before renting hardwar
 For a backbone (a `models.qwen_config` preset or an HF `config.json`), a device count
 and a ('data', 'fsdp', 'tensor') mesh, this prints `train.memory_plan`'s per-device
 plan of an RL update at the config's shapes (default: `phase_b.py:scale=paper`):
-the stages learner, accumulate, optimizer, sampler_shared, sampler and decode_step,
-each compiled ahead of time with abstract inputs (nothing is allocated; the stages
-and the peak arithmetic are described in vermem_jax/train/memory_plan.py).
+the stages learner, accumulate, optimizer, rollout_copy, sampler_shared, sampler,
+decode_step, dev_chunk and solver, each compiled ahead of time with abstract inputs
+(nothing is allocated; the stages and the peak arithmetic are described in
+vermem_jax/train/memory_plan.py; docs/time-plan.md has the table).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 python \
         experiments/benchmarks/plan_memory.py --model=qwen2.5-7b-instruct --device_gb=74.5
     ... --model=/ckpt/Qwen3-4B-Instruct-2507/config.json --mesh=1,8,1
+    ... --table --models=qwen2.5-7b-instruct,qwen3-4b-instruct-2507 --devices=8 \
+        --device_gb=74.5                        # every stage, both backbones, 80 GB
     ... --table --models=qwen2.5-7b-instruct,qwen3-4b-instruct-2507 --devices=8 \
         --device_gbs=74.5,87.5,131.3 --stages=learner,sampler,decode_step
                                                 # docs/hardware.md's table (GiB: 80/94/141 GB)
@@ -226,7 +229,19 @@ def _overrides(args) -> dict[str, Any]:
     out['model.attn_implementation'] = args.attn_implementation
   if args.loss_chunk_size:
     out['batching.loss_chunk_size'] = args.loss_chunk_size
-  for item in args.set:
+  out.update(overrides_from(args.set))
+  return out
+
+
+def overrides_from(items) -> dict[str, Any]:
+  """{'section.field': value} of `--set=SECTION.FIELD=VALUE` items (values parsed as
+  Python literals, else kept as text).
+
+  Raises:
+    ValueError: an item without '='.
+  """
+  out = {}
+  for item in items:
     key, sep, value = item.partition('=')
     if not sep:
       raise ValueError(f'--set needs SECTION.FIELD=VALUE, got {item!r}')
@@ -289,6 +304,7 @@ def main(argv=None) -> int:
     for (name, dev, size, v, peak, stage), s in zip(
         rows, [s for s in settings for _ in sizes]):
       print(f'| {name} | {dev} | {s.mesh_shape} | {size:g} | {v} | {peak:.1f} | {stage} |')
+    print(memory_plan.stage_table(figures))
   bench_common.write_figures(args.out, figures)
   return 0
 

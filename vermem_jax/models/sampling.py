@@ -46,6 +46,19 @@ log_softmax(logits) of the chosen token at temperature 1 without top-p (the gree
 "distribution" is a point mass, so its log-probability would be 0 and carry no
 information). `decode_head`'s module docstring has the algorithm and its cost.
 
+Rollout copy of the weights
+---------------------------
+`rollout_copy` casts a float32 (FSDP-sharded) parameter tree once to the compute dtype
+and lays it out for decoding: every matrix in the compute dtype, sharded over
+'tensor' only (the 'fsdp' split dropped, so replicated on an fsdp-only mesh); the
+1-D norm scales and biases stay in float32 (the model reads them in float32, so
+decoding from the copy gives the same tokens as decoding from θ itself). The copy's
+all-gather runs in the compute dtype, once (XLA:CPU alone widens bf16 collectives to
+float32 late in its pipeline); `generate` on the copy then holds no parameter
+collective (tests/test_rollout_copy.py counts them in the partitioned program). On an
+fsdp-sharded θ without the copy, the partitioner gathers every weight inside the
+token loop; XLA hoists them for a small model, not all of them at 7B (issue 38).
+
 Randomness
 ----------
 Step t draws with fold_in(rng, t), so a fixed rng reproduces a batch exactly; a
@@ -67,6 +80,7 @@ from vermem_jax.models import decode_head
 from vermem_jax.models import kv_cache
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
+from vermem_jax.models import sharding
 
 # Smallest prompt bucket (tokens); buckets are powers of two above it, so a run sees
 # at most log2(max prompt / 32) + 1 prompt shapes.
@@ -136,6 +150,66 @@ def prompt_bucket(length: int, prompt_buckets: Sequence[int] | None = None) -> i
   raise ValueError(f'generate: longest prompt has {length} tokens > the largest '
                    f'prompt bucket {prompt_buckets[-1]} '
                    f'(prompt_buckets={tuple(prompt_buckets)})')
+
+
+# The decoding layout: the learner's rules without the FSDP split of 'embed'.
+DECODE_RULES = tuple((name, None if name == 'embed' else axes)
+                     for name, axes in sharding.DEFAULT_RULES)
+
+
+def decode_dtype(config: qwen_config.QwenConfig, leaf: Any) -> Any:
+  """The rollout copy's dtype of one parameter: the compute dtype for matrices (ndim
+  >= 2: embeddings, kernels, the head), float32 kept for 1-D norm scales and biases."""
+  return config.compute_dtype if len(leaf.shape) >= 2 else leaf.dtype
+
+
+def decode_shardings(config: qwen_config.QwenConfig, mesh: Any) -> Any:
+  """NamedSharding of every rollout-copy parameter on `mesh` (`DECODE_RULES`: split
+  over 'tensor' where it divides, otherwise replicated)."""
+  return sharding.param_shardings(config, mesh, DECODE_RULES)
+
+
+def _cast_for_decode(params, config):
+  return jax.tree.map(lambda x: x.astype(decode_dtype(config, x)), params)
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_program(config: qwen_config.QwenConfig, mesh: Any) -> Any:
+  """The jitted cast of `rollout_copy` (one per config and mesh)."""
+  out = None if mesh is None else decode_shardings(config, mesh)
+  return jax.jit(functools.partial(_cast_for_decode, config=config), out_shardings=out)
+
+
+def rollout_copy(config: qwen_config.QwenConfig, params: Any, mesh: Any = None) -> Any:
+  """θ's rollout copy: matrices cast to `config.compute_dtype`, laid out for decoding
+  (module docstring, "Rollout copy of the weights"). Call once per update (and once
+  per dev evaluation); drop it before the learner step, which needs the memory.
+
+  Args:
+    config: the policy's QwenConfig.
+    params: the parameter tree (float32; FSDP-sharded on `mesh`, or plain arrays).
+    mesh: the ('data', 'fsdp', 'tensor') mesh θ lives on; None: cast only.
+  Returns:
+    A tree of the same structure: ndim >= 2 leaves in the compute dtype (bf16 at the
+    paper config), 1-D leaves unchanged; sharded by `decode_shardings` on `mesh`.
+    Per device it holds (compute bytes x matrix parameters) / mesh 'tensor' size.
+  """
+  return _copy_program(config, mesh)(params)
+
+
+def lower_rollout_copy(config: qwen_config.QwenConfig, params: Any,
+                       mesh: Any) -> jax.stages.Lowered:
+  """`rollout_copy`'s program on `mesh`, lowered with abstract `params` (ShapeDtypeStructs
+  with the trainer's shardings; nothing allocated)."""
+  return _copy_program(config, mesh).lower(params)
+
+
+def abstract_rollout_copy(config: qwen_config.QwenConfig, params: Any, mesh: Any) -> Any:
+  """ShapeDtypeStructs of the rollout copy of `params` (shapes, decode dtypes and
+  `decode_shardings` on `mesh`), for planning the sampler programs."""
+  return jax.tree.map(
+      lambda x, sh: jax.ShapeDtypeStruct(x.shape, decode_dtype(config, x), sharding=sh),
+      params, decode_shardings(config, mesh))
 
 
 def left_pad(prompts: Sequence[Sequence[int]], length: int,

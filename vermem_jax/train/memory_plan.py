@@ -11,17 +11,26 @@ and reads each one's per-device `compiled.memory_analysis()`:
               kernel, the chunked exact-KL loss (`batching.loss_chunk_size`);
   accumulate  `rl_optimizer.add_grads` (the micro-batch gradient into the update's sum);
   optimizer   `rl_optimizer.apply_update` (global-norm clip + AdamW);
-  sampler     `sampling` generate program for the rollout batch (`rl.tasks_per_update`
-              x `rl.rollouts_per_task` rows, prompts of the last
-              `sampling.prompt_buckets` bucket, `sampling.max_command_tokens` new
+  rollout_copy `sampling.rollout_copy`: θ cast to the compute dtype and laid out for
+              decoding, once per update and per dev evaluation;
+  sampler     `sampling` generate program on the rollout copy for the rollout batch
+              (`rl.tasks_per_update` x `rl.rollouts_per_task` rows, prompts of the
+              last `sampling.prompt_buckets` bucket, `sampling.max_command_tokens` new
               tokens; KV cache of P + N slots), once with the shared prefill of the
               first decision (`sampler_shared`: one prefill per task) and once with
               every row prefilled (later decisions);
-  decode_step `sampling.decode_step` alone (one token for every row, full cache).
+  decode_step `sampling.decode_step` alone (one token for every row, full cache);
+  dev_chunk   the greedy program of one internal-dev chunk (selection and summary):
+              rollout-batch rows, every row prefilled, the last prompt bucket;
+  solver      the LLM task solver's greedy program on its frozen copy of the starting
+              checkpoint (matrices in the compute dtype, `rollout_copy`'s layout):
+              rollout-batch rows, prompts of `solver_prompt_len`,
+              `solver.max_new_tokens` new tokens, while the policy's copy is alive.
 
 A stage's peak is the program's arguments + outputs + temporaries - aliased bytes,
 plus the training state alive during it that it does not take as an argument (between
-programs: θ, π_ref, the AdamW moments, and during the learner the gradient sum).
+programs: θ, π_ref, the AdamW moments, during the learner the gradient sum, during
+rollouts the rollout copy and the solver's copy).
 Persistent sizes come from the abstract arrays' shardings
 (`setup.abstract_train_state`, the restore templates the trainer uses), which are exact
 on every backend; the temporaries are the compiling backend's buffer assignment
@@ -80,6 +89,10 @@ class PlanSettings:
       two as `generate` does; = rollout_rows without share_prefill).
     prompt_len: the sampler's largest prompt bucket P; max_new_tokens: N.
     do_sample: the sampler draws (temperature > 0).
+    solver_prompt_len: the LLM solver's prompt bucket (tokens): the smallest prompt
+      bucket that holds the active context C (`memory.context_budget`) and the chat
+      reserve (`sampling.prompt_overhead_tokens`); solver_new_tokens: its reply cap.
+    llm_solver: the task solver is the 'llm' backend (its copy is planned).
   """
   model_config: qwen_config.QwenConfig
   mesh_shape: tuple[int, int, int]
@@ -94,6 +107,9 @@ class PlanSettings:
   prompt_len: int
   max_new_tokens: int
   do_sample: bool
+  solver_prompt_len: int = 0
+  solver_new_tokens: int = 0
+  llm_solver: bool = False
 
 
 def plan_settings(config: ml_collections.ConfigDict, num_devices: int) -> PlanSettings:
@@ -107,6 +123,9 @@ def plan_settings(config: ml_collections.ConfigDict, num_devices: int) -> PlanSe
   tasks, rows = run.rl.rollout.tasks_per_update, run.rl.rollout.num_rollouts
   shared = (min(rows, 1 << max(0, tasks - 1).bit_length())
             if run.sampling.share_prefill else rows)
+  buckets = tuple(int(b) for b in run.sampling.prompt_buckets)
+  solver_need = int(config.memory.context_budget) + int(
+      config.sampling.prompt_overhead_tokens)
   return PlanSettings(
       model_config=run.model.config, mesh_shape=run.model.mesh.shape(num_devices),
       micro_batch=int(run.batching.micro_batch_size),
@@ -116,7 +135,10 @@ def plan_settings(config: ml_collections.ConfigDict, num_devices: int) -> PlanSe
       rollout_rows=rows, shared_prefill_rows=shared,
       prompt_len=int(run.sampling.prompt_buckets[-1]),
       max_new_tokens=int(run.sampling.max_command_tokens),
-      do_sample=float(run.sampling.temperature) > 0)
+      do_sample=float(run.sampling.temperature) > 0,
+      solver_prompt_len=min([b for b in buckets if b >= solver_need] or buckets[-1:]),
+      solver_new_tokens=int(run.solver.config.max_new_tokens),
+      llm_solver=run.solver.backend == 'llm')
 
 
 def tree_bytes(tree: Any) -> int:
@@ -141,6 +163,17 @@ def program_bytes(compiled: Any) -> dict[str, int]:
          'temp': int(ma.temp_size_in_bytes), 'alias': int(ma.alias_size_in_bytes)}
   out['peak'] = out['argument'] + out['output'] + out['temp'] - out['alias']
   return out
+
+
+def program_costs(compiled: Any) -> dict[str, float]:
+  """Per-device {'flops', 'bytes_accessed'} of a compiled program (XLA
+  `cost_analysis()`). XLA counts a while loop's body once, whatever its trip count
+  (the token loop, a scan over layers): experiments/benchmarks/plan_time.py scales
+  them."""
+  ca = compiled.cost_analysis()
+  ca = ca[0] if isinstance(ca, (list, tuple)) else ca
+  return {'flops': float(ca.get('flops', 0.0)),
+          'bytes_accessed': float(ca.get('bytes accessed', 0.0))}
 
 
 def learner_batch(s: PlanSettings, mesh: Any = None) -> dict[str, jax.ShapeDtypeStruct]:
@@ -187,9 +220,11 @@ def kv_cache_bytes(s: PlanSettings, mesh: Any) -> int:
 class Plan:
   """Per-device bytes of the training state and of every stage (module docstring).
 
-  state: {'params', 'optimizer', 'reference', 'grads', 'kv_cache'} bytes.
+  state: {'params', 'optimizer', 'reference', 'grads', 'kv_cache', 'rollout_copy',
+    'solver_copy' (0 without an 'llm' solver)} bytes.
   stages: {name: {'argument', 'output', 'temp', 'alias', 'peak' (program),
-    'resident' (state alive but not an argument), 'stage_peak', 'compile_s'}}.
+    'resident' (state alive but not an argument), 'stage_peak', 'compile_s',
+    'flops', 'bytes_accessed' (`program_costs`)}}.
   """
   settings: PlanSettings
   state: dict[str, int]
@@ -204,8 +239,11 @@ class Plan:
     return max(self.stages, key=lambda k: self.stages[k]['stage_peak'])
 
 
-STAGES = ('learner', 'accumulate', 'optimizer', 'sampler_shared', 'sampler',
-          'decode_step')
+STAGES = ('learner', 'accumulate', 'optimizer', 'rollout_copy', 'sampler_shared',
+          'sampler', 'decode_step', 'dev_chunk', 'solver')
+# State alive while the decoding programs run (θ is no longer their argument: the
+# rollout copy is).
+DECODING_RESIDENT = ('params', 'reference', 'optimizer', 'solver_copy')
 
 
 def make_plan(s: PlanSettings, *, stages: Sequence[str] = STAGES,
@@ -231,10 +269,15 @@ def make_plan(s: PlanSettings, *, stages: Sequence[str] = STAGES,
   # The gradient sum: float32 like each parameter, with its sharding.
   grads = jax.tree.map(lambda p: jax.ShapeDtypeStruct(p.shape, jnp.float32,
                                                       sharding=p.sharding), params)
+  copy = sampling.abstract_rollout_copy(s.model_config, params, mesh)
   state = {'params': tree_bytes(params), 'optimizer': tree_bytes(opt_state),
            'reference': tree_bytes(params), 'grads': tree_bytes(grads),
-           'kv_cache': kv_cache_bytes(s, mesh)}
+           'kv_cache': kv_cache_bytes(s, mesh), 'rollout_copy': tree_bytes(copy),
+           'solver_copy': tree_bytes(copy) if s.llm_solver else 0}
   replicated = setup_lib.replicated(mesh)
+  greedy = functools.partial(sampling.lower_generate, s.model_config, copy,
+                             batch=s.rollout_rows, prefill_rows=s.rollout_rows,
+                             do_sample=False, input_sharding=replicated)
   programs = {
       'learner': (lambda: loss_step.grpo_loss_and_grads.lower(
           params, params, learner_batch(s, mesh), **learner_step_kwargs(s)),
@@ -245,21 +288,31 @@ def make_plan(s: PlanSettings, *, stages: Sequence[str] = STAGES,
           params, opt_state, grads,
           jax.ShapeDtypeStruct((), jnp.float32, sharding=replicated), opt=s.opt),
                     ('reference',)),
+      'rollout_copy': (lambda: sampling.lower_rollout_copy(s.model_config, params,
+                                                           mesh),
+                       ('reference', 'optimizer', 'solver_copy')),
       'sampler_shared': (lambda: sampling.lower_generate(
-          s.model_config, params, batch=s.rollout_rows,
+          s.model_config, copy, batch=s.rollout_rows,
           prefill_rows=s.shared_prefill_rows, prompt_len=s.prompt_len,
           max_new_tokens=s.max_new_tokens, do_sample=s.do_sample,
-          input_sharding=replicated), ('reference', 'optimizer')),
+          input_sharding=replicated), DECODING_RESIDENT),
       'sampler': (lambda: sampling.lower_generate(
-          s.model_config, params, batch=s.rollout_rows, prefill_rows=s.rollout_rows,
+          s.model_config, copy, batch=s.rollout_rows, prefill_rows=s.rollout_rows,
           prompt_len=s.prompt_len, max_new_tokens=s.max_new_tokens,
-          do_sample=s.do_sample, input_sharding=replicated), ('reference', 'optimizer')),
+          do_sample=s.do_sample, input_sharding=replicated), DECODING_RESIDENT),
       'decode_step': (lambda: sampling.lower_decode_step(
-          s.model_config, params, batch=s.rollout_rows,
+          s.model_config, copy, batch=s.rollout_rows,
           num_slots=s.prompt_len + s.max_new_tokens, do_sample=s.do_sample,
           sharding_for=lambda shape: setup_lib.batch_sharding(mesh, shape)),
-                      ('reference', 'optimizer')),
+                      DECODING_RESIDENT),
+      'dev_chunk': (lambda: greedy(prompt_len=s.prompt_len,
+                                   max_new_tokens=s.max_new_tokens), DECODING_RESIDENT),
+      'solver': (lambda: greedy(prompt_len=s.solver_prompt_len,
+                                max_new_tokens=s.solver_new_tokens),
+                 ('params', 'reference', 'optimizer', 'rollout_copy')),
   }
+  if not s.llm_solver:  # no model behind the solver: nothing to plan
+    stages = [st for st in stages if st != 'solver']
   out = {}
   for name in stages:
     lower, resident = programs[name]
@@ -270,6 +323,7 @@ def make_plan(s: PlanSettings, *, stages: Sequence[str] = STAGES,
     row['resident'] = sum(state[k] for k in resident)
     row['stage_peak'] = row['peak'] + row['resident']
     row['compile_s'] = time.perf_counter() - t0
+    row.update(program_costs(compiled))
     out[name] = row
   return Plan(s, state, out)
 
@@ -285,6 +339,20 @@ def verdict(peak: int, device_gib: float, headroom: float = DEFAULT_HEADROOM) ->
 def gib(x: float) -> str:
   """Bytes as GiB, 7 wide with 2 decimals (the plan's table cells)."""
   return f'{x / GIB:7.2f}'
+
+
+def stage_table(plans: dict[str, dict[str, Any]]) -> str:
+  """A Markdown table of every stage's per-device peak (GiB, resident state included)
+  for each backbone of `plans` ({name: {'stages': Plan.stages}})."""
+  names = list(plans)
+  stages = [st for st in STAGES if any(st in plans[n]['stages'] for n in names)]
+  lines = ['\n| stage (peak GiB / device) | ' + ' | '.join(names) + ' |',
+           '| --- |' + ' --- |' * len(names)]
+  for st in stages:
+    cells = [f'{plans[n]["stages"][st]["stage_peak"] / GIB:.1f}'
+             if st in plans[n]['stages'] else '-' for n in names]
+    lines.append(f'| {st} | ' + ' | '.join(cells) + ' |')
+  return '\n'.join(lines)
 
 
 def format_plan(plan: Plan, device_gib: float, headroom: float = DEFAULT_HEADROOM) -> str:
@@ -304,6 +372,8 @@ def format_plan(plan: Plan, device_gib: float, headroom: float = DEFAULT_HEADROO
       f'{gib(plan.state["optimizer"])}   reference {gib(plan.state["reference"])}',
       f'  gradients  {gib(plan.state["grads"])}   KV cache '
       f'{gib(plan.state["kv_cache"])} (inside the sampler temporaries)',
+      f'  rollout copy {gib(plan.state["rollout_copy"])}   solver copy '
+      f'{gib(plan.state["solver_copy"])} (compute dtype, laid out for decoding)',
       f'  {"stage":<15}{"arguments":>10}{"outputs":>9}{"temps":>9}{"resident":>10}'
       f'{"peak":>9}  compile',
   ]

@@ -93,6 +93,7 @@ the progress bar are written by process 0 only.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -103,6 +104,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from vermem_jax.models import sampling
 from vermem_jax.rl import policy as policy_lib
 from vermem_jax.rl import process_split
 from vermem_jax.rl import rollout
@@ -133,6 +135,18 @@ def _numeric(values: Mapping[str, Any]) -> dict[str, float]:
   return out
 
 
+@contextlib.contextmanager
+def decoding_with(policy: policy_lib.SamplerPolicy, params: Any, mesh: Any = None):
+  """`policy` samples from θ's rollout copy (`sampling.rollout_copy`: matrices in the
+  compute dtype, laid out for decoding) inside the block; the copy is dropped on exit
+  so the learner step has its memory (train/memory_plan.py's rollout stage)."""
+  policy.params = sampling.rollout_copy(policy.model_config, params, mesh)
+  try:
+    yield policy
+  finally:
+    policy.params = None
+
+
 # Prefix of the greedy internal-dev figures in metrics rows and the phase result.
 DEV_PREFIX = 'internal_dev/'
 
@@ -146,11 +160,13 @@ def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
     return {}
   run = setup.run
   greedy = policy_lib.SamplerPolicy(
-      run.model.config, params, setup.tokenizer, sampling_config=run.sampling,
+      run.model.config, None, setup.tokenizer, sampling_config=run.sampling,
       greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
-  return internal_dev.summary(internal_dev.run_dev_episodes(
-      specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
-      executor_config=run.executor, env_config=run.env))
+  with decoding_with(greedy, params, mesh):
+    records = internal_dev.run_dev_episodes(
+        specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
+        executor_config=run.executor, env_config=run.env)
+  return internal_dev.summary(records)
 
 
 def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
@@ -195,11 +211,11 @@ class _RLPhase:
     self.metric = rl.selection_metric
     tok, gen = setup.tokenizer, setup_lib.generate_fn_for(mesh)
     self.policy = policy_lib.SamplerPolicy(
-        run.model.config, params, tok, sampling_config=run.sampling,
+        run.model.config, None, tok, sampling_config=run.sampling,
         batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
     # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
     self.dev_policy = policy_lib.SamplerPolicy(
-        run.model.config, params, tok, sampling_config=run.sampling, greedy=True,
+        run.model.config, None, tok, sampling_config=run.sampling, greedy=True,
         generate_fn=gen, group=self.group)
     self.table = (metrics_lib.AdvantageTable(runner.directory, run.phase,
                                              resume_update=runner.step,
@@ -217,18 +233,18 @@ class _RLPhase:
 
   def step(self, n: int) -> phase_runner.StepResult:
     setup, tok, t0 = self.setup, self.setup.tokenizer, time.perf_counter()
-    # θ_old := θ. The sampler reads these (immutable) arrays for the whole update.
-    self.policy.params = self.params
     task_ids = task_selection.select_tasks(len(setup.train_specs), n,
                                            setup.run.rl.rollout.tasks_per_update,
                                            seed=self.seed)
     # Each process collects its block of the tasks; `result` is then the whole
     # update's (process_split.gather_result; itself with one process).
-    result = rollout.collect_update(
-        [setup.train_specs[i] for i in process_split.split_tasks(task_ids, self.group)],
-        self.policy, setup.solver, setup.verifier, setup.collect,
-        rng=task_selection.update_rng(self.seed, n), count_tokens=tok.count_tokens,
-        running_stats=self.running, phase=self.phase, update=n, group=self.group)
+    # θ_old := θ: the sampler reads its rollout copy for the whole collection.
+    with decoding_with(self.policy, self.params, self.mesh):
+      result = rollout.collect_update(
+          [setup.train_specs[i] for i in process_split.split_tasks(task_ids, self.group)],
+          self.policy, setup.solver, setup.verifier, setup.collect,
+          rng=task_selection.update_rng(self.seed, n), count_tokens=tok.count_tokens,
+          running_stats=self.running, phase=self.phase, update=n, group=self.group)
     result = process_split.gather_result(result, self.group)
     t1 = time.perf_counter()
     self.params, self.opt_state, learn = rl_learner.learner_update(
@@ -276,12 +292,12 @@ class _RLPhase:
 
   def _dev_records(self, params: Any) -> list[Any]:
     """The greedy internal-dev episodes of `params` that checkpoint selection scores."""
-    self.dev_policy.params = params
-    return internal_dev.run_dev_episodes(
-        self.dev_specs, self.dev_policy, self.setup.solver,
-        count_tokens=self.setup.tokenizer.count_tokens,
-        executor_config=self.setup.run.executor, env_config=self.setup.run.env,
-        rng=self.seed, group=self.group)
+    with decoding_with(self.dev_policy, params, self.mesh):
+      return internal_dev.run_dev_episodes(
+          self.dev_specs, self.dev_policy, self.setup.solver,
+          count_tokens=self.setup.tokenizer.count_tokens,
+          executor_config=self.setup.run.executor, env_config=self.setup.run.env,
+          rng=self.seed, group=self.group)
 
   def _summary_figures(self, step: int) -> dict[str, float]:
     """The phase summary's reading of update `step`: from the records its selection
