@@ -419,6 +419,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   out = loop.final_metrics(runner.step, runner.wall_time())
   out['selected_step'] = selected
   out['wall_time_s'] = time.time() - t_start
+  out.update(runner.compile_figures())
   return out
 
 

@@ -442,10 +442,23 @@ def _metrics(c: ml_collections.ConfigDict) -> None:
   c.metrics.progress_bar = True
 
 
+def _runtime(c: ml_collections.ConfigDict) -> None:
+  """The persistent XLA compilation cache (train/compilation.py; docs/compilation.md).
+  Keys = fields of `train.compilation.CompilationCacheConfig`."""
+  c.runtime = ml_collections.ConfigDict()
+  # On by default: a 7B program takes minutes to compile, and every phase start and
+  # resume would compile them all again. '' turns it off.
+  c.runtime.compilation_cache_dir = paths.default_compilation_cache_dir()
+  # Programs that compile faster than a cache read pays for are not written; at 7B
+  # every sampler and learner program takes far longer than this (seconds).
+  c.runtime.cache_min_compile_time_secs = 1.0
+  c.runtime.cache_min_entry_size_bytes = 0  # any size: the time threshold decides
+
+
 # In this order: later sections reference fields of earlier ones.
 SECTIONS = (_data, _tokenizer, _model, _memory, _sampling, _batching, _sft, _rl,
             _advantage, _reward, _verifier, _solver, _episodes, _eval, _checkpoint,
-            _metrics, benchmarks.benchmark_section)
+            _metrics, _runtime, benchmarks.benchmark_section)
 
 
 def paper_config(phase: str) -> ml_collections.ConfigDict:
