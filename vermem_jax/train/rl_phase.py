@@ -147,7 +147,8 @@ def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
   run = setup.run
   greedy = policy_lib.SamplerPolicy(
       run.model.config, params, setup.tokenizer, sampling_config=run.sampling,
-      greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
+      greedy=True, batch_buckets=(run.rl.rollout.num_rollouts,),
+      generate_fn=setup_lib.generate_fn_for(mesh))
   return internal_dev.summary(internal_dev.run_dev_episodes(
       specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
       executor_config=run.executor, env_config=run.env))
@@ -197,10 +198,12 @@ class _RLPhase:
     self.policy = policy_lib.SamplerPolicy(
         run.model.config, params, tok, sampling_config=run.sampling,
         batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
-    # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
+    # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8),
+    # in chunks of the rollout batch: one batch shape for the phase, and the KV cache
+    # of one chunk instead of all dev episodes (rl.eval_episodes=0: 800 at paper scale).
     self.dev_policy = policy_lib.SamplerPolicy(
         run.model.config, params, tok, sampling_config=run.sampling, greedy=True,
-        generate_fn=gen, group=self.group)
+        batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
     self.table = (metrics_lib.AdvantageTable(runner.directory, run.phase,
                                              resume_update=runner.step,
                                              enabled=runner.primary)
