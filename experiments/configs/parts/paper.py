@@ -137,10 +137,11 @@ def _sampling(c: ml_collections.ConfigDict) -> None:
   # measured value (Qwen2.5 adds 29, Qwen3 8-12), so one config fits every supported
   # tokenizer; rl.policy.SamplerPolicy refuses a template that needs more.
   c.sampling.prompt_overhead_tokens = ml_collections.FieldReference(64)
-  # Sampler prompt paddings (models/sampling.py): powers of two, then exactly the
-  # longest prompt, so a full 8,192-token x_t pads to 8,256, not to 16,384.
-  c.sampling.prompt_buckets = derived.derived_buckets_ref(derived.MIN_PROMPT_BUCKET,
-                                                        _max_prompt_ref(c))
+  # Sampler prompt paddings (models/sampling.py): four per octave, then exactly the
+  # longest prompt (a full x_t pads to 8,256): 1.09-1.14x padded prefill tokens where
+  # powers of two gave 1.36-1.44x (docs/compilation.md).
+  c.sampling.prompt_buckets = derived.derived_buckets_ref(
+      derived.MIN_PROMPT_BUCKET, _max_prompt_ref(c), step=derived.QUARTER_OCTAVE)
   # One prefill per distinct prompt of a sampler call, its KV cache shared by the rows
   # that repeat it (the K rollouts' x_0); same tokens as without sharing.
   c.sampling.share_prefill = True
