@@ -75,6 +75,7 @@ def test_counter_counts_new_shapes_only():
   assert compilation.snapshot() - start == after_one  # the in-memory hit: no event
   f(b)
   assert (compilation.snapshot() - start).requested == after_one.requested + 1
+  assert compilation.program_names(start)[-1] == 'jit(<lambda>)'
 
 
 def test_default_cache_dir(monkeypatch, tmp_path):

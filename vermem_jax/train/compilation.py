@@ -45,6 +45,8 @@ CACHE_HIT_EVENT = '/jax/compilation_cache/cache_hits'
 
 _LOCK = threading.Lock()
 _TOTALS = {'requested': 0, 'cache_hits': 0}
+# The name of every program requested, in order (the event's `fun_name`).
+_NAMES: list[str] = []
 _INSTALLED = False
 
 
@@ -65,10 +67,11 @@ class CompileCounts:
 
 
 def _on_duration(event: str, duration: float, **kwargs: Any) -> None:
-  del duration, kwargs
+  del duration
   if event == BACKEND_COMPILE_EVENT:
     with _LOCK:
       _TOTALS['requested'] += 1
+      _NAMES.append(str(kwargs.get('fun_name', '?')))
 
 
 def _on_event(event: str, **kwargs: Any) -> None:
@@ -95,6 +98,13 @@ def snapshot() -> CompileCounts:
   install()
   with _LOCK:
     return CompileCounts(**_TOTALS)
+
+
+def program_names(since: CompileCounts) -> list[str]:
+  """Names of the programs requested after the snapshot `since` (jit's function
+  names, e.g. 'jit(_generate_jit)'), in order: what to look at when a step compiles."""
+  with _LOCK:
+    return list(_NAMES[since.requested:])
 
 
 @dataclasses.dataclass(frozen=True)

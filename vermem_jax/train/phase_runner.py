@@ -266,8 +266,11 @@ class PhaseRunner:
         bar.set_postfix(**postfix)
         evaluation = phase.evaluate(n) if c.eval_due(n) else None
         new = compilation.snapshot() - before
-        if n > first:
+        if n > first and new.requested:
           self.after_first_step += new.requested
+          logging.warning('%s %s %d requested %d XLA program(s) after its first %s (a '
+                          'shape not seen before): %s', c.name, c.unit, n, new.requested,
+                          c.unit, ', '.join(compilation.program_names(before)))
         result.row.update({'compile/programs': float(new.compiled),
                            'compile/cache_hits': float(new.cache_hits),
                            'compile/after_first_step': float(self.after_first_step)})
