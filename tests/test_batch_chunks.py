@@ -13,7 +13,7 @@ from vermem_jax.models import sampling
 
 class _Recorder:
   """A generate_fn that answers each row with [its first id, its length, 7] and
-  records (rows, rng) of every call."""
+  records (rows, rng, row lengths) of every call."""
 
   def __init__(self):
     self.calls = []
@@ -22,7 +22,7 @@ class _Recorder:
     del config, params, kwargs
     self.calls.append((len(rows), np.asarray(jax.random.key_data(rng))
                        if jnp.issubdtype(rng.dtype, jax.dtypes.prng_key)
-                       else np.asarray(rng)))
+                       else np.asarray(rng), [len(r) for r in rows]))
     tokens = np.array([[r[0], len(r), 7][:max_new_tokens] for r in rows], np.int32)
     return sampling.GenerationOutput(tokens, tokens.astype(np.float32) / 10,
                                      np.full((len(rows),), 3, np.int32))
@@ -44,7 +44,12 @@ def test_generate_in_chunks_pads_splits_and_keeps_order():
   prompts = [[100 + i] * (1 + i % 4) for i in range(19)]
   out = batch_chunks.generate_in_chunks(fake, None, None, prompts, rng=5,
                                         batch_buckets=(8,), max_new_tokens=3)
-  assert [rows for rows, _ in fake.calls] == [8, 8, 8]
+  assert [rows for rows, _, _ in fake.calls] == [8, 8, 8]
+  # Rows go to chunks by prompt length (lengths 1,2,3,4 repeating: 5 ones, 5 twos,
+  # 5 threes, 4 fours); the last chunk's 3 rows are padded with its first row.
+  assert fake.calls[0][2] == [1] * 5 + [2] * 3
+  assert fake.calls[1][2] == [2, 2, 3, 3, 3, 3, 3, 4]
+  assert fake.calls[2][2] == [4] * 8
   np.testing.assert_array_equal(out.tokens[:, 0], [100 + i for i in range(19)])
   np.testing.assert_array_equal(out.tokens[:, 1], [1 + i % 4 for i in range(19)])
   assert out.tokens.shape == (19, 3) and out.lengths.shape == (19,)
@@ -52,6 +57,10 @@ def test_generate_in_chunks_pads_splits_and_keeps_order():
   key = jax.random.PRNGKey(5)
   np.testing.assert_array_equal(fake.calls[0][1], key)  # chunk 0: the key itself
   np.testing.assert_array_equal(fake.calls[2][1], jax.random.fold_in(key, 2))
+  # One chunk: rows in input order.
+  batch_chunks.generate_in_chunks(fake, None, None, prompts[:5], rng=5,
+                                  batch_buckets=(8,), max_new_tokens=3)
+  assert fake.calls[-1][2] == [1, 2, 3, 4, 1, 1, 1, 1]
   with pytest.raises(ValueError, match='no prompts'):
     batch_chunks.generate_in_chunks(fake, None, None, [], rng=0, batch_buckets=(8,),
                                     max_new_tokens=3)

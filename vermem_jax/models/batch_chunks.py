@@ -11,10 +11,15 @@ caller that sends whatever number of rows it has compiles a program for most siz
                             the short last chunk padded to its smallest bucket (B when
                             the buckets are one size, as the trainers pass them).
 
-Padding rows repeat the chunk's first prompt (same length, so the prompt bucket does
-not grow; with shared prefill they cost no extra prefill) and are dropped from the
-result. Chunk i > 0 samples with fold_in(rng, i); chunk 0 with `rng` itself, so a batch
-that fits one call samples exactly what it sampled before chunks existed.
+When there is more than one chunk, rows are taken in order of prompt length (stable)
+so that each chunk holds prompts of similar length and pads them to a small prompt
+bucket (the prefill of a call pads every row to the bucket of its longest); results
+come back in input order. Greedy rows decode the same whatever their chunk
+(models/sampling.py). Padding rows repeat the chunk's first prompt (same length, so
+the prompt bucket does not grow; with shared prefill they cost no extra prefill) and
+are dropped from the result. Chunk i > 0 samples with fold_in(rng, i); chunk 0 with
+`rng` itself, so a batch that fits one call samples exactly what it sampled before
+chunks existed.
 """
 
 from __future__ import annotations
@@ -80,13 +85,17 @@ def generate_in_chunks(generate_fn: Callable[..., sampling.GenerationOutput],
     raise ValueError('generate_in_chunks: no prompts')
   if isinstance(rng, (int, np.integer)):
     rng = jax.random.PRNGKey(int(rng))
+  sizes = chunk_sizes(len(prompts), batch_buckets)
+  order = (np.argsort([len(p) for p in prompts], kind='stable') if len(sizes) > 1
+           else np.arange(len(prompts)))
   parts, start = [], 0
-  for i, (real, padded) in enumerate(chunk_sizes(len(prompts), batch_buckets)):
-    rows = [list(p) for p in prompts[start:start + real]]
+  for i, (real, padded) in enumerate(sizes):
+    rows = [list(prompts[j]) for j in order[start:start + real]]
     rows += [rows[0]] * (padded - real)
     out = generate_fn(config, params, rows, rng=rng if i == 0 else
                       jax.random.fold_in(rng, i), **kwargs)
     parts.append(tuple(np.asarray(x)[:real]  # blocks until the device is done
                        for x in (out.tokens, out.logprobs, out.lengths)))
     start += real
-  return sampling.GenerationOutput(*(np.concatenate(xs) for xs in zip(*parts)))
+  inverse = np.argsort(order)
+  return sampling.GenerationOutput(*(np.concatenate(xs)[inverse] for xs in zip(*parts)))

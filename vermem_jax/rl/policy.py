@@ -218,6 +218,20 @@ class SamplerPolicy:
     self.timings = {'sampling': 0.0, 'tokenization': 0.0}
     self.num_calls = 0
 
+  def program_bound(self) -> dict[str, int]:
+    """The most sampler programs this policy can compile (one decoding mode):
+    {'prompt_buckets', 'batch_buckets', 'prefill_shapes' (rows prefilled per batch
+    size: min(B, 2^k) with shared prefill, models/sampling.py; else 1), 'programs'
+    (their product)}. None prompt buckets count as the powers of two up to the model's
+    context (models/sampling.py's default)."""
+    prompts = (len(self.prompt_buckets) if self.prompt_buckets is not None
+               else self.max_prompt_tokens.bit_length())
+    shapes = sum(len({min(b, 1 << k) for k in range(b.bit_length() + 1)})
+                 if self.sampling_config.share_prefill else 1
+                 for b in self.batch_buckets)
+    return {'prompt_buckets': prompts, 'batch_buckets': len(self.batch_buckets),
+            'prefill_shapes': shapes, 'programs': prompts * shapes}
+
   @property
   def temperature(self) -> float:
     return (self.sampling_config.eval_temperature if self.greedy

@@ -204,6 +204,11 @@ class _RLPhase:
     self.dev_policy = policy_lib.SamplerPolicy(
         run.model.config, params, tok, sampling_config=run.sampling, greedy=True,
         batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
+    bound = self.policy.program_bound()
+    logging.info('%s sampler: at most %d programs per decoding mode (%d prompt buckets x '
+                 '%d prefill shapes of the %d-row batch; docs/compilation.md)',
+                 run.phase, bound['programs'], bound['prompt_buckets'],
+                 bound['prefill_shapes'], rl.rollout.num_rollouts)
     self.table = (metrics_lib.AdvantageTable(runner.directory, run.phase,
                                              resume_update=runner.step,
                                              enabled=runner.primary)
