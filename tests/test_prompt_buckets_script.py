@@ -21,3 +21,10 @@ def test_common_prefix():
   assert pb.common_prefix((1, 2, 3), (1, 2, 4, 5)) == 2
   assert pb.common_prefix((1, 2), (1, 2, 3)) == 2
   assert pb.common_prefix((9,), (1,)) == 0
+
+
+def test_chunked_calls():
+  a, b, c = (1,) * 3, (2,) * 1, (3,) * 2
+  calls = [[a, b, c]]
+  assert pb.chunked_calls(calls, 2, False) == [[a, b], [c]]
+  assert pb.chunked_calls(calls, 2, True) == [[b, c], [a]]

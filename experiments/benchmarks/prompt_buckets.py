@@ -20,6 +20,9 @@ is tokenized; printed:
   with each prompt in its own bucket ('row'), and per sampler call as the sampler pads
   it (every distinct prompt of a call padded to the bucket of the call's longest:
   'call');
+- the per-call figure of the config's buckets when the episodes' calls are split into
+  chunks of the rollout batch (internal dev at paper scale: 800 episodes), in input
+  order and by prompt length (what `models.batch_chunks` does);
 - how much of g(s_t+1) repeats g(s_t) as a token prefix (the longest common prefix of
   consecutive prompts of an episode): the share of prefill tokens a cross-decision
   prefix cache could skip.
@@ -90,6 +93,16 @@ def padding_ratios(calls, buckets) -> dict[str, float]:
   return {'buckets': len(buckets), 'row': row / real, 'call': padded_call / real_distinct}
 
 
+def chunked_calls(calls, size: int, by_length: bool):
+  """Each recorded call split into sampler calls of at most `size` prompts, in input
+  order or by prompt length (models/batch_chunks.py takes the latter)."""
+  out = []
+  for call in calls:
+    rows = sorted(call, key=len) if by_length else list(call)
+    out += [rows[i:i + size] for i in range(0, len(rows), size)]
+  return out
+
+
 def common_prefix(a, b) -> int:
   """Length of the longest common prefix of two token sequences."""
   n = min(len(a), len(b))
@@ -151,6 +164,11 @@ def main():
       'multiples of 512': tuple(derived.linear_buckets(512, largest, 512)),
       'quarter octaves': tuple(derived.quarter_octave_buckets(256, largest)),
   }
+  chunk = int(config.rl.tasks_per_update) * int(config.rl.rollouts_per_task)
+  buckets = schemes['config']
+  chunks = {f'chunks of {chunk}, {name}': padding_ratios(
+      chunked_calls(policy.calls, chunk, by_length), buckets)
+            for name, by_length in (('input order', False), ('by length', True))}
   figures = {
       'phase': args.phase, 'scale': args.scale, 'episodes': len(specs),
       'prompts': int(lengths.size), 'calls': len(policy.calls),
@@ -158,6 +176,7 @@ def main():
       'length_quantiles': {q: int(np.percentile(lengths, q)) for q in (0, 25, 50, 75, 100)},
       'schemes': {k: padding_ratios(policy.calls, v) for k, v in schemes.items()},
       'next_prompt_prefix_share': shared / max(total_next, 1),
+      'chunks': chunks,
   }
   print(f'{args.phase} ({args.scale}): {len(specs)} dev episodes, {lengths.size} prompts '
         f'in {len(policy.calls)} calls, {np.mean(decisions):.1f} decisions/episode')
@@ -166,6 +185,8 @@ def main():
   for name, r in figures['schemes'].items():
     print(f'  {name:<18s} {r["buckets"]:>3d} buckets   padded/real: per row '
           f'{r["row"]:.3f}, per call {r["call"]:.3f}')
+  for name, r in chunks.items():
+    print(f'  config buckets, {name:<26s} padded/real per call {r["call"]:.3f}')
   print(f'g(s_t+1) tokens that repeat g(s_t) as a prefix: '
         f'{figures["next_prompt_prefix_share"]:.3f}')
   write_figures(args.out, figures)
