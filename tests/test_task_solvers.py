@@ -359,3 +359,25 @@ def test_llm_solver_from_config_is_a_bf16_copy_on_the_rollout_batch():
   assert solver.model_config.param_dtype == "bfloat16"
   assert solver.batch_buckets == (c.rl.tasks_per_update * c.rl.rollouts_per_task,)
   assert solver.prompt_buckets == tuple(c.sampling.prompt_buckets)
+
+
+def test_llm_solver_prompt_buckets_and_a_longer_prompt(tokenizer, example):
+  """The solver passes its prompt buckets while they hold every prompt of the call,
+  and leaves them out (the sampler's powers of two) when one is longer."""
+  seen = []
+
+  def fake(config, params, prompts, *, rng, max_new_tokens, temperature, top_p,
+           stop_token_ids, pad_token_id, prompt_buckets=None):
+    seen.append(prompt_buckets)
+    tokens = np.full((len(prompts), max_new_tokens), pad_token_id, np.int32)
+    return types.SimpleNamespace(tokens=tokens, logprobs=np.zeros(tokens.shape),
+                                 lengths=np.zeros(len(prompts), np.int32))
+
+  short = ts.SolverInput(example.id, example.question, "note")
+  long = ts.SolverInput(example.id, example.question, "word " * 400)
+  solver = ts.LLMTaskSolver(tokenizer, None, None, generate_fn=fake,
+                            config=ts.SolverConfig(max_new_tokens=4),
+                            prompt_buckets=(256,), batch_buckets=(2,))
+  solver.solve([short])
+  solver.solve([short, long])
+  assert seen == [(256,), None]

@@ -245,7 +245,8 @@ class LLMTaskSolver(TaskSolver):
     batch_buckets: allowed batch sizes of one generate call (None: powers of two);
       the trainers pass the rollout batch, so every call has one batch shape.
     prompt_buckets: padded prompt lengths in tokens (the policy's
-      `sampling.prompt_buckets`; None: the sampler's powers of two).
+      `sampling.prompt_buckets`; None, or a call with a longer prompt: the sampler's
+      powers of two).
 
   `solve` prompts all inputs through `models.batch_chunks.generate_in_chunks` (the
   policy's path): calls of [B, P] prompts, B a batch bucket (a short last chunk is
@@ -279,8 +280,11 @@ class LLMTaskSolver(TaskSolver):
     prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
         self._messages(inp), add_generation_prompt=True)) for inp in inputs]
     self._rng, key = jax.random.split(self._rng)
-    # Passed only when set, so a generate_fn predating prompt buckets still works.
+    # Passed only when set (a generate_fn predating prompt buckets still works) and when
+    # they hold every prompt: a solver prompt beyond the policy's longest (a long
+    # benchmark action prompt) takes the sampler's power-of-two buckets instead.
     extra = ({} if self.prompt_buckets is None
+             or max(map(len, prompts)) > self.prompt_buckets[-1]
              else {'prompt_buckets': self.prompt_buckets})
     out = batch_chunks.generate_in_chunks(
         self._generate, self.model_config, self.params, prompts, rng=key,
