@@ -2,8 +2,8 @@
 mesh compiles no XLA program after its first update (train/compilation.py counts).
 
 The run: Phase A on 8 forced host devices with the paper's mesh (FSDP over 8), 8 tasks
-x K 8 rollouts per update, 3 updates, an internal-dev chunk (8 episodes padded to the
-64-row rollout batch) at the start and after updates 2 and 3, and the 'llm' task
+x K 8 rollouts per update, 3 updates, an internal-dev chunk (its 8 episodes: fewer
+than the 64-row rollout batch) at the start and after updates 2 and 3, and the 'llm' task
 solver backed by the packaged tiny Qwen (tiny-sp4k, bf16 copy). Lengths are cut
 (3 decisions, 24 command tokens, 8 solver tokens) so it fits the CPU; the shapes
 that vary in a real run (live rows, prompt lengths, learner rows) vary here too.

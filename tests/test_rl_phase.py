@@ -49,6 +49,15 @@ def test_bad_configs_are_named(tmp_path):
     rl_phase.run_rl_phase(tiny_config('phase_b'), str(tmp_path))
 
 
+def test_dev_batch_is_the_rollout_batch_or_fewer():
+  import types  # pylint: disable=g-import-not-at-top
+  run = types.SimpleNamespace(rl=types.SimpleNamespace(
+      rollout=types.SimpleNamespace(num_rollouts=64)))
+  # 800 dev episodes (paper): chunks of 64; 8 (tiny): one call of 8 rows, not 64.
+  assert rl_phase.dev_batch(run, 800) == 64
+  assert rl_phase.dev_batch(run, 8) == 8
+
+
 # ----------------------------------------------------------------------------- runs
 def _copy_prerequisites(dest):
   src = curriculum_workdir()

@@ -147,11 +147,18 @@ def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
   run = setup.run
   greedy = policy_lib.SamplerPolicy(
       run.model.config, params, setup.tokenizer, sampling_config=run.sampling,
-      greedy=True, batch_buckets=(run.rl.rollout.num_rollouts,),
+      greedy=True, batch_buckets=(dev_batch(run, len(specs)),),
       generate_fn=setup_lib.generate_fn_for(mesh))
   return internal_dev.summary(internal_dev.run_dev_episodes(
       specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
       executor_config=run.executor, env_config=run.env))
+
+
+def dev_batch(run: run_setup.RunSetup, num_episodes: int) -> int:
+  """Rows of every internal-dev sampler call: the rollout batch, or all the dev
+  episodes when they are fewer (no padding beyond them); more episodes run in chunks
+  of it (models/batch_chunks.py)."""
+  return max(1, min(run.rl.rollout.num_rollouts, int(num_episodes)))
 
 
 def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
@@ -203,7 +210,8 @@ class _RLPhase:
     # of one chunk instead of all dev episodes (rl.eval_episodes=0: 800 at paper scale).
     self.dev_policy = policy_lib.SamplerPolicy(
         run.model.config, params, tok, sampling_config=run.sampling, greedy=True,
-        batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
+        batch_buckets=(dev_batch(run, len(self.dev_specs)),), generate_fn=gen,
+        group=self.group)
     bound = self.policy.program_bound()
     logging.info('%s sampler: at most %d programs per decoding mode (%d prompt buckets x '
                  '%d prefill shapes of the %d-row batch; docs/compilation.md)',
