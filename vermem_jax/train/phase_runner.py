@@ -24,9 +24,9 @@ runner owns the rest, once for all phases:
             (`compilation.snapshot`): 'compile/programs' compiled and
             'compile/cache_hits' read from the persistent cache at this step,
             'compile/after_first_step' programs of either kind requested after this
-            call's first step (0 once every shape has been seen); a step that
-            requested one after the first is always logged. `compile_figures()` has
-            the call's totals for the phase summary.
+            call's first step (0 once every shape has been seen; a step that
+            requests one logs a warning naming its programs). `compile_figures()`
+            has the call's totals for the phase summary.
 
 Per step n (1-based; a checkpoint's step = completed steps): `phase.step(n)`, the bar,
 `phase.evaluate(n)` when due, the rows of `phase.rows(...)` written at n, then a save
@@ -274,9 +274,8 @@ class PhaseRunner:
         result.row.update({'compile/programs': float(new.compiled),
                            'compile/cache_hits': float(new.cache_hits),
                            'compile/after_first_step': float(self.after_first_step)})
-        log_due = (itstime(n, c.loop.log_every, c.total) or result.log
-                   or (n > first and new.requested > 0))
-        for row in phase.rows(n, result, evaluation, log_due):
+        for row in phase.rows(n, result, evaluation,
+                              itstime(n, c.loop.log_every, c.total) or result.log):
           writer.write(n, row)
         selection = evaluation.selection if evaluation is not None else None
         if (itstime(n, c.loop.save_every, c.total) or selection is not None
