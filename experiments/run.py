@@ -233,7 +233,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
       config, None if override_args is None else [p for p, _ in override_args])
   overrides.pop('workdir', None)  # the workdir argument is not a config override
   config.workdir = workdir  # what the run uses (the --workdir flag wins), also printed
+  from vermem_jax.train import compilation  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
+  # Before the first program: the persistent cache and the compile counter
+  # (docs/compilation.md).
+  compilation.CompilationCacheConfig.from_config(config.runtime).apply()
   if config.phase == curriculum.PRETRAIN_CONFIG:
     return _run_pretrain(config, workdir, dry_run=dry_run, overrides=overrides)
   if config.phase in curriculum.EVAL_CONFIGS + curriculum.AGGREGATE_CONFIGS:

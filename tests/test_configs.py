@@ -318,6 +318,18 @@ def test_power_of_two_buckets():
     derived.power_of_two_buckets(0, 8)
 
 
+def test_quarter_octave_buckets_pad_at_most_a_quarter():
+  buckets = derived.quarter_octave_buckets(256, 8256)
+  assert buckets[:9] == [256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560]
+  assert buckets[-3:] == [7168, 8192, 8256]
+  # Every length from 4 x min_len on pads to at most 1.25 x itself (hand bound).
+  for n in range(1024, 8257):
+    assert next(b for b in buckets if b >= n) <= 1.25 * n, n
+  assert derived.quarter_octave_buckets(256, 300) == [256, 300]
+  with pytest.raises(ValueError):
+    derived.quarter_octave_buckets(0, 8)
+
+
 def test_library_configs_hold_spec_defaults():
   """The config layer and the libraries agree on every SPEC number (paper scale)."""
   for phase, op_space in (('phase_a', 'A'), ('phase_b', 'B'), ('phase_c', 'C')):
@@ -405,7 +417,9 @@ def test_library_configs_name_the_section_of_an_unknown_key():
     # tiny: every 128 tokens from 384 to policy_input_limit 640 + overhead 64; + the
     # max_command_tokens 192 for a learner row.
     ('tiny', (384, 512, 640, 704), (384, 512, 640, 768, 896)),
-    ('paper', (256, 512, 1024, 2048, 4096, 8192, 8256),
+    # paper: prompts in quarter octaves (docs/compilation.md), rows powers of two.
+    ('paper', (256, 512, 768, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096,
+               5120, 6144, 7168, 8192, 8256),
      (256, 512, 1024, 2048, 4096, 8192, 8512)),
 ])
 def test_buckets_end_at_prompt_and_row_limits(scale, prompt, length):
@@ -435,7 +449,7 @@ def test_overriding_limits_moves_derived_buckets():
   c.model.hf_checkpoint = '/ckpt'  # required at paper scale; not read here
   c.memory.policy_input_limit = 1000
   c.sampling.max_command_tokens = 40
-  assert c.sampling.prompt_buckets == (256, 512, 1024, 1064)
+  assert c.sampling.prompt_buckets == (256, 512, 768, 1024, 1064)
   assert c.batching.length_buckets == (256, 512, 1024, 1104)
   assert c.batching.command_buckets == (16, 32, 40)
   tiny = common.get_config('phase_b')  # the tiny scheme moves the same way
@@ -453,7 +467,8 @@ def test_overriding_limits_moves_derived_buckets():
   c.batching.length_buckets = (512, 4096)
   c.memory.policy_input_limit = 2000
   assert c.batching.length_buckets == (512, 4096)
-  assert c.sampling.prompt_buckets == (256, 512, 1024, 2048, 2100)
+  assert c.sampling.prompt_buckets == (256, 512, 768, 1024, 1280, 1536, 1792, 2048,
+                                       2100)
   validation.validate_config(c)
   c.memory.policy_input_limit = 4000  # 4000 + 100 + 40 > 4096
   with pytest.raises(ValueError, match='config.batching.length_buckets: largest bucket '

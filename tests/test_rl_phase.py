@@ -49,6 +49,15 @@ def test_bad_configs_are_named(tmp_path):
     rl_phase.run_rl_phase(tiny_config('phase_b'), str(tmp_path))
 
 
+def test_dev_batch_is_the_rollout_batch_or_fewer():
+  import types  # pylint: disable=g-import-not-at-top
+  run = types.SimpleNamespace(rl=types.SimpleNamespace(
+      rollout=types.SimpleNamespace(num_rollouts=64)))
+  # 800 dev episodes (paper): chunks of 64; 8 (tiny): one call of 8 rows, not 64.
+  assert rl_phase.dev_batch(run, 800) == 64
+  assert rl_phase.dev_batch(run, 8) == 8
+
+
 # ----------------------------------------------------------------------------- runs
 def _copy_prerequisites(dest):
   src = curriculum_workdir()
@@ -77,8 +86,10 @@ def _leaves(phase_dir, step):
 
 
 def _strip_times(rows):
-  return [{k: v for k, v in r.items() if k != 'time' and not k.startswith('time/')}
-          for r in rows]
+  """Rows without wall-clock fields and compile counts (which depend on what the
+  process compiled before: train/compilation.py)."""
+  return [{k: v for k, v in r.items()
+           if k != 'time' and not k.startswith(('time/', 'compile/'))} for r in rows]
 
 
 @pytest.fixture(scope='module')
@@ -131,7 +142,8 @@ def test_sigkill_mid_update_then_resume_is_bit_identical(tmp_path, clean_run):
     for a, b in zip(resumed, clean):
       assert a.dtype == b.dtype and a.shape == b.shape
       assert a.tobytes() == b.tobytes()
-  # The logs match the uninterrupted run row for row (except wall-clock fields).
+  # The logs match the uninterrupted run row for row (except wall-clock fields and
+  # compile counts).
   for name in (metrics_lib.METRICS_FILE, metrics_lib.ADVANTAGES_FILE):
     got = metrics_lib.read_jsonl(os.path.join(phase_dir, name))
     want = metrics_lib.read_jsonl(os.path.join(clean_phase, name))

@@ -573,3 +573,19 @@ def test_policy_rejects_prompts_beyond_the_largest_bucket(tok, tiny_model):
 def test_sampling_config_rejects_bad_buckets(kwargs, match):
   with pytest.raises(ValueError, match=match):
     pol.PolicySamplingConfig(**kwargs)
+
+
+def test_policy_program_bound(tok, tiny_model):
+  """Sampler programs per decoding mode: prompt buckets x prefill shapes, hand-counted
+  (shared prefill prefills min(B, 2^k) rows: 1, 2, ..., 32, then 48 or 64)."""
+  config, params = tiny_model
+  make = lambda batch, share: pol.SamplerPolicy(
+      config, params, tok, batch_buckets=batch,
+      sampling_config=pol.PolicySamplingConfig(prompt_buckets=(64, 128, 192),
+                                               share_prefill=share),
+      generate_fn=FailingGenerate())
+  assert make((64,), True).program_bound() == {
+      'prompt_buckets': 3, 'batch_buckets': 1, 'prefill_shapes': 7, 'programs': 21}
+  assert make((48,), True).program_bound()['prefill_shapes'] == 7
+  assert make((8, 64), False).program_bound() == {
+      'prompt_buckets': 3, 'batch_buckets': 2, 'prefill_shapes': 2, 'programs': 6}

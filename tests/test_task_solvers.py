@@ -327,3 +327,57 @@ def test_http_solver_over_a_loopback_server(tokenizer, example):
       http_chat.ChatClient(server.url, "m", timeout_s=0.5), tokenizer)
   with pytest.raises(http_chat.ChatError, match="failed"):
     dead.solve(inputs[:1])
+
+
+def test_llm_solver_from_config_is_a_bf16_copy_on_the_rollout_batch():
+  """The 'llm' solver built from a config (train/task_solver_setup.py): without a
+  checkpoint of its own it holds a bf16 copy of the policy's float32 parameters (the
+  policy's stay float32), and decodes in the rollout batch and the policy's prompt
+  buckets."""
+  import jax
+  import jax.numpy as jnp
+  from experiments.configs import common
+  from vermem_jax.models import qwen
+  from vermem_jax.tokenization import load_tokenizer
+  from vermem_jax.train import setup as setup_lib
+  from vermem_jax.train import task_solver_setup
+
+  c = common.get_config("phase_b")
+  c.solver.backend, c.model.hf_checkpoint = "llm", ""
+  solver_setup = task_solver_setup.SolverSetup.from_config(c)
+  mc = setup_lib.model_config_from(c)
+  params = qwen.init_params(mc, jax.random.PRNGKey(0))
+  tok = load_tokenizer(setup_lib.tokenizer_path(c))
+  solver = task_solver_setup.make_task_solver(solver_setup, tok, [], solver_params=params,
+                                              model_config=mc)
+  assert {x.dtype for x in jax.tree.leaves(solver.params)} == {jnp.dtype(jnp.bfloat16)}
+  assert {x.dtype for x in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
+  leaf = jax.tree.leaves(params)[0]
+  np.testing.assert_array_equal(
+      np.asarray(jax.tree.leaves(solver.params)[0], np.float32),
+      np.asarray(leaf.astype(jnp.bfloat16), np.float32))
+  assert solver.model_config.param_dtype == "bfloat16"
+  assert solver.batch_buckets == (c.rl.tasks_per_update * c.rl.rollouts_per_task,)
+  assert solver.prompt_buckets == tuple(c.sampling.prompt_buckets)
+
+
+def test_llm_solver_prompt_buckets_and_a_longer_prompt(tokenizer, example):
+  """The solver passes its prompt buckets while they hold every prompt of the call,
+  and leaves them out (the sampler's powers of two) when one is longer."""
+  seen = []
+
+  def fake(config, params, prompts, *, rng, max_new_tokens, temperature, top_p,
+           stop_token_ids, pad_token_id, prompt_buckets=None):
+    seen.append(prompt_buckets)
+    tokens = np.full((len(prompts), max_new_tokens), pad_token_id, np.int32)
+    return types.SimpleNamespace(tokens=tokens, logprobs=np.zeros(tokens.shape),
+                                 lengths=np.zeros(len(prompts), np.int32))
+
+  short = ts.SolverInput(example.id, example.question, "note")
+  long = ts.SolverInput(example.id, example.question, "word " * 400)
+  solver = ts.LLMTaskSolver(tokenizer, None, None, generate_fn=fake,
+                            config=ts.SolverConfig(max_new_tokens=4),
+                            prompt_buckets=(256,), batch_buckets=(2,))
+  solver.solve([short])
+  solver.solve([short, long])
+  assert seen == [(256,), None]

@@ -74,8 +74,9 @@ def test_wellformed_generation_is_parsed_in_order(tokenizer, monkeypatch):
   assert [s.relevance for s in out] == [0, 1, 2]
   assert all(s.fallback is None for s in out)
   assert out[0].r_local == pytest.approx((0 + 4 + 3 + 2) / 16)
-  # batches of 2, then one retry for question 1; greedy decoding
-  assert [c["n"] for c in fake.calls] == [2, 1, 1]
+  # batches of 2, then one retry for question 1; the short last batch and the retry
+  # padded to 2 rows (one batch shape, models/batch_chunks); greedy decoding
+  assert [c["n"] for c in fake.calls] == [2, 2, 2]
   assert all(c["temperature"] == 0.0 and c["max_new_tokens"] == 32 for c in fake.calls)
   assert set(fake.calls[0]["stop"]) == set(tokenizer.stop_token_ids)
   snap = v.counters.snapshot()

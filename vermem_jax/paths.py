@@ -82,3 +82,18 @@ PACKAGED_BASE = "tiny_base"
 def packaged_base() -> str:
   """Path of the packaged tiny base folder (`config.json`, `model.safetensors`, ...)."""
   return str(_ASSETS / PACKAGED_BASE)
+
+
+# Environment variable jax itself reads for its compilation cache directory.
+JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+
+
+def default_compilation_cache_dir() -> str:
+  """Default persistent XLA compilation cache directory (`runtime.compilation_cache_dir`):
+  $JAX_COMPILATION_CACHE_DIR when set (a cluster's or the test session's setting is
+  kept), else $XDG_CACHE_HOME/vermem_jax/jax, else ~/.cache/vermem_jax/jax."""
+  env = os.environ.get(JAX_CACHE_ENV)
+  if env:
+    return env
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "vermem_jax", "jax")

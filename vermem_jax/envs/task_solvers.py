@@ -39,6 +39,7 @@ from vermem_jax import http_chat
 from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import checks
 from vermem_jax.memory import serialization
+from vermem_jax.models import batch_chunks
 from vermem_jax.models import sampling
 
 ANSWER = "answer"
@@ -241,9 +242,15 @@ class LLMTaskSolver(TaskSolver):
       `envs.action_solvers.ActionPrompt(...).messages`).
     parse_fn: reply text -> (kind, payload) (default `parse_solver_reply`); the
       payload is the answer for kind 'answer' and the action for kind 'action'.
+    batch_buckets: allowed batch sizes of one generate call (None: powers of two);
+      the trainers pass the rollout batch, so every call has one batch shape.
+    prompt_buckets: padded prompt lengths in tokens (the policy's
+      `sampling.prompt_buckets`; None, or a call with a longer prompt: the sampler's
+      powers of two).
 
-  `solve` prompts all inputs in one `generate` call: prompts [B, T_b] (left-padded
-  into length buckets by the sampler), replies [B, N<=max_new_tokens] int32.
+  `solve` prompts all inputs through `models.batch_chunks.generate_in_chunks` (the
+  policy's path): calls of [B, P] prompts, B a batch bucket (a short last chunk is
+  padded), P a prompt bucket; replies [n, N<=max_new_tokens] int32.
   input_tokens = prompt length; output_tokens = generated length including the stop
   token when one was produced.
   """
@@ -252,7 +259,9 @@ class LLMTaskSolver(TaskSolver):
                config: SolverConfig = SolverConfig(), rng: Any = None,
                generate_fn: Callable[..., Any] | None = None,
                messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
-               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None,
+               batch_buckets: Sequence[int] | None = None,
+               prompt_buckets: Sequence[int] | None = None):
     self.tokenizer = tokenizer
     self.model_config = model_config
     self.params = params
@@ -262,6 +271,8 @@ class LLMTaskSolver(TaskSolver):
     self._stop_ids = tuple(tokenizer.stop_token_ids)
     self._messages = messages_fn or solver_messages
     self._parse = parse_fn or parse_solver_reply
+    self.batch_buckets = batch_chunks.check_batch_buckets(batch_buckets)
+    self.prompt_buckets = sampling.check_prompt_buckets(prompt_buckets)
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     if not inputs:
@@ -269,13 +280,19 @@ class LLMTaskSolver(TaskSolver):
     prompts = [self.tokenizer.encode(self.tokenizer.apply_chat_template(
         self._messages(inp), add_generation_prompt=True)) for inp in inputs]
     self._rng, key = jax.random.split(self._rng)
-    out = self._generate(
-        self.model_config, self.params, prompts, rng=key,
-        max_new_tokens=self.config.max_new_tokens,
+    # Passed only when set (a generate_fn predating prompt buckets still works) and when
+    # they hold every prompt: a solver prompt beyond the policy's longest (a long
+    # benchmark action prompt) takes the sampler's power-of-two buckets instead.
+    extra = ({} if self.prompt_buckets is None
+             or max(map(len, prompts)) > self.prompt_buckets[-1]
+             else {'prompt_buckets': self.prompt_buckets})
+    out = batch_chunks.generate_in_chunks(
+        self._generate, self.model_config, self.params, prompts, rng=key,
+        batch_buckets=self.batch_buckets, max_new_tokens=self.config.max_new_tokens,
         temperature=self.config.temperature, top_p=self.config.top_p,
-        stop_token_ids=self._stop_ids, pad_token_id=self.tokenizer.pad_token_id)
-    tokens = np.asarray(out.tokens)
-    lengths = np.asarray(out.lengths)
+        stop_token_ids=self._stop_ids, pad_token_id=self.tokenizer.pad_token_id,
+        **extra)
+    tokens, lengths = out.tokens, out.lengths
     results = []
     for i, prompt in enumerate(prompts):
       ids = [int(t) for t in tokens[i, :int(lengths[i])]]
@@ -469,12 +486,16 @@ class OpenAICompatibleTaskSolver(TaskSolver):
   def __init__(self, client: Any, tokenizer: _ChatTokenizer, *,
                config: SolverConfig = SolverConfig(),
                messages_fn: Callable[[SolverInput], list[dict[str, str]]] | None = None,
-               parse_fn: Callable[[str], tuple[str, str | None]] | None = None):
+               parse_fn: Callable[[str], tuple[str, str | None]] | None = None,
+               batch_buckets: Sequence[int] | None = None,
+               prompt_buckets: Sequence[int] | None = None):
     self.client = client
     self.tokenizer = tokenizer
     self.config = config
     self._messages = messages_fn or solver_messages
     self._parse = parse_fn or parse_solver_reply
+    self.batch_buckets = batch_chunks.check_batch_buckets(batch_buckets)
+    self.prompt_buckets = sampling.check_prompt_buckets(prompt_buckets)
 
   def solve(self, inputs: Sequence[SolverInput]) -> list[SolverOutput]:
     if not inputs:

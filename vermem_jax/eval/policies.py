@@ -226,8 +226,11 @@ def _greedy_sampler(config: ml_collections.ConfigDict, model_config: Any, params
       policy_lib.PolicySamplingConfig, config.sampling.to_dict(),
       overrides={'eval_temperature': float(config.eval.temperature)})
   episodes.check_greedy(sampling_cfg.eval_temperature, 1.0, 'config.eval.temperature')
+  # Episodes advance in chunks of eval.batch_size: every call pads to it (one shape).
+  batch = int(config.eval.batch_size)
   return policy_lib.SamplerPolicy(model_config, params, tok,
                                   sampling_config=sampling_cfg, greedy=True,
+                                  batch_buckets=(batch,) if batch > 0 else None,
                                   generate_fn=setup_lib.generate_fn_for(mesh))
 
 

@@ -27,7 +27,8 @@ Sampling (`SamplerPolicy`)
 --------------------------
 `SamplerPolicy(...)(inputs, rng)` encodes all x_t of the live episodes, pads the batch
 to a fixed size bucket (so the jitted sampler compiles for a bounded set of batch
-sizes), calls `models.generate` ONCE (temperature 0.7 / top-p 0.95 for rollouts,
+sizes; more rows than the largest bucket run in chunks of it,
+`models.batch_chunks`), calls `models.generate` once per chunk (temperature 0.7 / top-p 0.95 for rollouts,
 greedy for evaluation), and returns one `environment.PolicyOutput` per input with
 the prompt ids, the command token ids (stop token included when generated), their
 sampler logprobs (under the sampling distribution, see models/sampling.py) and the
@@ -45,6 +46,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from vermem_jax.envs import episode_types
+from vermem_jax.models import batch_chunks
 from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling
 
@@ -139,13 +141,6 @@ def prompt_overhead_tokens(tokenizer,
       tokenizer.encode(probe))
 
 
-def _bucket(n: int, buckets: Sequence[int]) -> int:
-  for b in buckets:
-    if n <= b:
-      return int(b)
-  return int(n)  # larger than every bucket: its own shape (a bounded extra compile)
-
-
 class SamplerPolicy:
   """π_θ(u_t | x_t) backed by the jitted KV-cache sampler (one generate call per step).
 
@@ -157,9 +152,11 @@ class SamplerPolicy:
       call and its `prompt_overhead_tokens` must cover the tokenizer's chat template.
     greedy: decode with eval_temperature (evaluation) instead of temperature/top_p.
     batch_buckets: allowed padded batch sizes (sorted); a step with n live episodes
-      runs at the smallest bucket >= n (padding rows repeat the first prompt and are
-      dropped). Default: powers of two. The rollout collector passes
-      (tasks_per_update * K,) so every step of an update has one shape.
+      runs at the smallest bucket >= n, and more rows than the largest bucket run in
+      chunks of it, the short last chunk padded (`models.batch_chunks`; padding rows
+      repeat a prompt and are dropped). Default: powers of two. The trainers pass
+      the rollout batch (tasks_per_update * K,) for rollouts and internal dev, so
+      every call of a phase has one batch shape.
     max_prompt_tokens: a prompt longer than this raises ValueError (None: the
       smaller of the largest prompt bucket, when buckets are set, and the model's
       max_position_embeddings - max_command_tokens).
@@ -199,13 +196,7 @@ class SamplerPolicy:
     self.tokenizer = tokenizer
     self.sampling_config = sampling_config
     self.greedy = bool(greedy)
-    if batch_buckets is not None:
-      buckets = sorted(int(b) for b in batch_buckets)
-      if not buckets or buckets[0] < 1:
-        raise ValueError(f'batch_buckets must be positive sizes, got {batch_buckets}')
-      self.batch_buckets = tuple(buckets)
-    else:
-      self.batch_buckets = tuple(1 << i for i in range(16))
+    self.batch_buckets = batch_chunks.check_batch_buckets(batch_buckets)
     n_cmd = int(sampling_config.max_command_tokens)
     self.prompt_buckets = sampling_config.prompt_buckets
     if max_prompt_tokens is not None:
@@ -226,6 +217,20 @@ class SamplerPolicy:
     self.stop_token_ids = tuple(int(i) for i in tokenizer.stop_token_ids)
     self.timings = {'sampling': 0.0, 'tokenization': 0.0}
     self.num_calls = 0
+
+  def program_bound(self) -> dict[str, int]:
+    """The most sampler programs this policy can compile (one decoding mode):
+    {'prompt_buckets', 'batch_buckets', 'prefill_shapes' (rows prefilled per batch
+    size: min(B, 2^k) with shared prefill, models/sampling.py; else 1), 'programs'
+    (their product)}. None prompt buckets count as the powers of two up to the model's
+    context (models/sampling.py's default)."""
+    prompts = (len(self.prompt_buckets) if self.prompt_buckets is not None
+               else self.max_prompt_tokens.bit_length())
+    shapes = sum(len({min(b, 1 << k) for k in range(b.bit_length() + 1)})
+                 if self.sampling_config.share_prefill else 1
+                 for b in self.batch_buckets)
+    return {'prompt_buckets': prompts, 'batch_buckets': len(self.batch_buckets),
+            'prefill_shapes': shapes, 'programs': prompts * shapes}
 
   @property
   def temperature(self) -> float:
@@ -282,23 +287,22 @@ class SamplerPolicy:
     if not prompts:
       return [], False
     self.num_calls += 1
-    n = len(prompts)
-    padded = prompts + [prompts[0]] * (_bucket(n, self.batch_buckets) - n)
     t1 = time.perf_counter()
     # Passed only when set, so a generate_fn predating prompt buckets still works.
     extra = ({} if self.prompt_buckets is None
              else {'prompt_buckets': self.prompt_buckets})
     if not self.sampling_config.share_prefill:
       extra['share_prefill'] = False
-    out = self.generate_fn(
-        self.model_config, self.params, padded, rng=rng,
+    out = batch_chunks.generate_in_chunks(
+        self.generate_fn, self.model_config, self.params, prompts, rng=rng,
+        batch_buckets=self.batch_buckets,
         max_new_tokens=int(self.sampling_config.max_command_tokens),
         temperature=float(self.temperature), top_p=float(self.top_p),
         stop_token_ids=self.stop_token_ids,
         pad_token_id=int(self.tokenizer.pad_token_id), **extra)
-    tokens = np.asarray(out.tokens)  # blocks until the device is done
+    tokens = out.tokens  # NumPy: the device is done
     logprobs = np.asarray(out.logprobs, np.float64)
-    lengths = np.asarray(out.lengths)
+    lengths = out.lengths
     t2 = time.perf_counter()
 
     stops = set(self.stop_token_ids)

@@ -20,6 +20,13 @@ runner owns the rest, once for all phases:
   skips     one `nonfinite.SkipCounter` per run, restored from the checkpoint's
             'skipped_steps' and stored in every checkpoint's metadata;
   wall time 'cumulative_wall_time_s' over every call of the run (restored too).
+  compiles  the XLA programs of each step, its evaluation included
+            (`compilation.snapshot`): 'compile/programs' compiled and
+            'compile/cache_hits' read from the persistent cache at this step,
+            'compile/after_first_step' programs of either kind requested after this
+            call's first step (0 once every shape has been seen; a step that
+            requests one logs a warning naming its programs). `compile_figures()`
+            has the call's totals for the phase summary.
 
 Per step n (1-based; a checkpoint's step = completed steps): `phase.step(n)`, the bar,
 `phase.evaluate(n)` when due, the rows of `phase.rows(...)` written at n, then a save
@@ -36,6 +43,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 from absl import logging
 
 from vermem_jax.train import checkpoints
+from vermem_jax.train import compilation
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import nonfinite
 
@@ -162,6 +170,8 @@ class PhaseRunner:
     self.restored: Optional[checkpoints.TrainState] = None
     self.step = 0
     self.prior_wall = 0.0
+    self.compile_start = compilation.snapshot()
+    self.after_first_step = 0
 
   def __enter__(self) -> 'PhaseRunner':
     return self
@@ -208,6 +218,15 @@ class PhaseRunner:
     self.skips.total = int(md.get('skipped_steps', 0))
     return restored
 
+  def compile_figures(self) -> dict[str, int]:
+    """The phase result's compile figures of this call (since the runner was made):
+    'compile/programs_total' compiled, 'compile/cache_hits_total' read from the
+    persistent cache, 'compile/after_first_step' requested after run's first step."""
+    counts = compilation.snapshot() - self.compile_start
+    return {'compile/programs_total': counts.compiled,
+            'compile/cache_hits_total': counts.cache_hits,
+            'compile/after_first_step': self.after_first_step}
+
   def wall_time(self) -> float:
     """Seconds of this run over all its calls."""
     return self.prior_wall + time.time() - self.t_start
@@ -233,9 +252,11 @@ class PhaseRunner:
       writer.write(self.step, row)
     bar = metrics_lib.progress_bar(c.total, initial=self.step, desc=c.name, unit=c.unit,
                                    disable=not (c.loop.progress_bar and self.primary))
+    first = self.step + 1
     try:
       while self.step < stop:
         n = self.step + 1
+        before = compilation.snapshot()
         result = phase.step(n)
         self.step = n
         bar.update(1)
@@ -244,6 +265,15 @@ class PhaseRunner:
           postfix['skipped'] = self.skips.total  # non-finite steps, not applied
         bar.set_postfix(**postfix)
         evaluation = phase.evaluate(n) if c.eval_due(n) else None
+        new = compilation.snapshot() - before
+        if n > first and new.requested:
+          self.after_first_step += new.requested
+          logging.warning('%s %s %d requested %d XLA program(s) after its first %s (a '
+                          'shape not seen before): %s', c.name, c.unit, n, new.requested,
+                          c.unit, ', '.join(compilation.program_names(before)))
+        result.row.update({'compile/programs': float(new.compiled),
+                           'compile/cache_hits': float(new.cache_hits),
+                           'compile/after_first_step': float(self.after_first_step)})
         for row in phase.rows(n, result, evaluation,
                               itstime(n, c.loop.log_every, c.total) or result.log):
           writer.write(n, row)

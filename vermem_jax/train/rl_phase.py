@@ -161,12 +161,20 @@ def internal_dev_figures(setup: rl_setup.PhaseSetup, params: Any, count: int,
   run = setup.run
   greedy = policy_lib.SamplerPolicy(
       run.model.config, None, setup.tokenizer, sampling_config=run.sampling,
-      greedy=True, batch_buckets=(len(specs),), generate_fn=setup_lib.generate_fn_for(mesh))
+      greedy=True, batch_buckets=(dev_batch(run, len(specs)),),
+      generate_fn=setup_lib.generate_fn_for(mesh))
   with decoding_with(greedy, params, mesh):
     records = internal_dev.run_dev_episodes(
         specs, greedy, setup.solver, count_tokens=setup.tokenizer.count_tokens,
         executor_config=run.executor, env_config=run.env)
   return internal_dev.summary(records)
+
+
+def dev_batch(run: run_setup.RunSetup, num_episodes: int) -> int:
+  """Rows of every internal-dev sampler call: the rollout batch, or all the dev
+  episodes when they are fewer (no padding beyond them); more episodes run in chunks
+  of it (models/batch_chunks.py)."""
+  return max(1, min(run.rl.rollout.num_rollouts, int(num_episodes)))
 
 
 def _dev_row(when: str, figures: Mapping[str, float]) -> dict[str, float]:
@@ -213,10 +221,18 @@ class _RLPhase:
     self.policy = policy_lib.SamplerPolicy(
         run.model.config, None, tok, sampling_config=run.sampling,
         batch_buckets=(rl.rollout.num_rollouts,), generate_fn=gen, group=self.group)
-    # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8).
+    # Greedy internal-dev scoring of the current θ (checkpoint selection, paper C.8),
+    # in chunks of the rollout batch: one batch shape for the phase, and the KV cache
+    # of one chunk instead of all dev episodes (rl.eval_episodes=0: 800 at paper scale).
     self.dev_policy = policy_lib.SamplerPolicy(
         run.model.config, None, tok, sampling_config=run.sampling, greedy=True,
-        generate_fn=gen, group=self.group)
+        batch_buckets=(dev_batch(run, len(self.dev_specs)),), generate_fn=gen,
+        group=self.group)
+    bound = self.policy.program_bound()
+    logging.info('%s sampler: at most %d programs per decoding mode (%d prompt buckets x '
+                 '%d prefill shapes of the %d-row batch; docs/compilation.md)',
+                 run.phase, bound['programs'], bound['prompt_buckets'],
+                 bound['prefill_shapes'], rl.rollout.num_rollouts)
     self.table = (metrics_lib.AdvantageTable(runner.directory, run.phase,
                                              resume_update=runner.step,
                                              enabled=runner.primary)
@@ -435,6 +451,7 @@ def run_rl_phase(config: ml_collections.ConfigDict, workdir: str, *,
   out = loop.final_metrics(runner.step, runner.wall_time())
   out['selected_step'] = selected
   out['wall_time_s'] = time.time() - t_start
+  out.update(runner.compile_figures())
   return out
 
 

@@ -375,6 +375,7 @@ def run_sft(config: ml_collections.ConfigDict, workdir: str, *,
                       params=params, opt_state=opt_state, rng=rng, fingerprint=fingerprint)
     step = runner.run(phase, stop=stop_after_step)
     result = phase.final_metrics(step, runner.wall_time(), None)
+    result.update(runner.compile_figures())
   result['wall_time_s'] = time.time() - t_start
   return result
 

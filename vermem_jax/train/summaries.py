@@ -20,6 +20,9 @@ after each phase (and `experiments/benchmarks/learning_curve.py` reuses):
   and end (`internal_dev/start/*`, `internal_dev/end/*` of the phase result,
   train/internal_dev.py), and where the logs are.
 
+Both blocks end with the XLA programs the phase compiled, those read from the
+persistent cache, and those requested after its first step (train/compilation.py).
+
 Figures produced by CPU stand-ins (the heuristic verifier, the oracle-evidence reader)
 are labelled as such (`internal_dev.STAND_IN_NOTE`).
 """
@@ -33,6 +36,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from vermem_jax.memory import commands as mcommands
+from vermem_jax.train import compilation
 from vermem_jax.train import internal_dev
 from vermem_jax.train import metrics as metrics_lib
 from vermem_jax.train import sft_eval
@@ -207,7 +211,11 @@ def _prefixed(values: Mapping[str, Any], prefix: str) -> dict[str, Any]:
 
 def phase_summary(phase: str, result: Mapping[str, Any], phase_dir: str, *,
                   workdir: str | None = None) -> str:
-  """`sft_summary` for 'sft', else `rl_summary`."""
+  """`sft_summary` for 'sft', else `rl_summary`; then the compile line
+  (`compilation.summary_line`) when the result has compile figures."""
   if phase == 'sft':
-    return sft_summary(result, phase_dir)
-  return rl_summary(phase, result, phase_dir, workdir=workdir)
+    block, unit = sft_summary(result, phase_dir), 'step'
+  else:
+    block, unit = rl_summary(phase, result, phase_dir, workdir=workdir), 'update'
+  line = compilation.summary_line(result, unit)
+  return block if line is None else f'{block}\n  {line}'

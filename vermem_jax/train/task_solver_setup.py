@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
+import jax
 import ml_collections
 
 from vermem_jax import config_util
@@ -56,8 +57,14 @@ class SolverSetup:
     hf_checkpoint: the 'llm' backend's weights: `solver.hf_checkpoint`, else
       `model.hf_checkpoint` ('' = none: the caller's `solver_params`).
     checkpoint_field: the config field `hf_checkpoint` came from (errors name it).
-    dtype, param_dtype: the policy's numerics (`model.dtype`, `model.param_dtype`),
-      applied to an 'llm' checkpoint.
+    dtype: the policy's compute dtype (`model.dtype`): an 'llm' solver only decodes,
+      so its weights are held in it (bf16 at paper scale; a frozen copy cast from the
+      policy's parameters when it has no checkpoint of its own).
+    batch_size: rows of every 'llm' generate call: the rollout batch
+      (`rl.tasks_per_update * rl.rollouts_per_task`); more live episodes run in
+      chunks of it, fewer are padded to it (`models.batch_chunks`).
+    prompt_buckets: the policy's prompt buckets (`sampling.prompt_buckets`), so the
+      solver's prompts take the policy's padded lengths (docs/compilation.md).
     chat: the 'openai_compatible' endpoint, keys `solver.base_url`, `model`,
       `api_key_env`, `timeout_s`, `max_retries`, `max_concurrency` (checked whatever
       the backend).
@@ -67,7 +74,8 @@ class SolverSetup:
   hf_checkpoint: str = ''
   checkpoint_field: str = 'config.model.hf_checkpoint'
   dtype: str = 'float32'
-  param_dtype: str = 'float32'
+  batch_size: int = 64
+  prompt_buckets: tuple[int, ...] | None = None
   chat: http_chat.ChatBackendConfig = task_solvers.DEFAULT_CHAT
 
   @classmethod
@@ -84,7 +92,10 @@ class SolverSetup:
                hf_checkpoint=str(s.hf_checkpoint or config.model.hf_checkpoint or ''),
                checkpoint_field=('config.solver.hf_checkpoint' if s.hf_checkpoint
                                  else 'config.model.hf_checkpoint'),
-               dtype=str(config.model.dtype), param_dtype=str(config.model.param_dtype),
+               dtype=str(config.model.dtype),
+               batch_size=int(config.rl.tasks_per_update) * int(config.rl.rollouts_per_task),
+               prompt_buckets=(tuple(int(b) for b in config.sampling.prompt_buckets)
+                               if config.sampling.prompt_buckets else None),
                chat=chat)
 
 
@@ -129,7 +140,8 @@ def make_task_solver(solver: SolverSetup, tokenizer: Any, label_examples: Iterab
     raise ValueError(f'config.solver.backend: unknown {solver.backend!r}; expected one '
                      f'of {BACKENDS}')
   s_cfg, s_params = _llm_weights(solver, tokenizer, solver_params, model_config, mesh)
-  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver.config)
+  return task_solvers.LLMTaskSolver(tokenizer, s_cfg, s_params, config=solver.config,
+                                    **_llm_decoding(solver, mesh))
 
 
 def make_action_solver(solver: SolverSetup, tokenizer: Any, action_prompt: str, *,
@@ -160,7 +172,8 @@ def make_action_solver(solver: SolverSetup, tokenizer: Any, action_prompt: str, 
                      'oracle-evidence reader answers HotpotQA questions only)')
   s_cfg, s_params = _llm_weights(solver, tokenizer, solver_params, model_config, mesh)
   return action_solvers.llm_action_solver(tokenizer, s_cfg, s_params, action_prompt,
-                                          config=solver.config)
+                                          config=solver.config,
+                                          **_llm_decoding(solver, mesh))
 
 
 def _chat_client(solver: SolverSetup) -> http_chat.ChatClient:
@@ -171,16 +184,25 @@ def _chat_client(solver: SolverSetup) -> http_chat.ChatClient:
   return solver.chat.client(require_api_key=True, retry_in_client=True)
 
 
+def _llm_decoding(solver: SolverSetup, mesh: Any) -> dict[str, Any]:
+  """The 'llm' solver's generate path: the policy's mesh, batch and prompt buckets."""
+  return dict(generate_fn=setup_lib.generate_fn_for(mesh),
+              batch_buckets=(solver.batch_size,), prompt_buckets=solver.prompt_buckets)
+
+
 def _llm_weights(solver: SolverSetup, tokenizer: Any, solver_params: Any,
                  model_config: Any, mesh: Any) -> tuple[Any, Any]:
-  """(QwenConfig, params) of the 'llm' solver (module docstring)."""
+  """(QwenConfig, params) of the 'llm' solver, its weights in the compute dtype
+  (`SolverSetup.dtype`; module docstring)."""
   if solver.hf_checkpoint:
     s_cfg, s_params = hf_io.load_hf_checkpoint(solver.hf_checkpoint,
-                                               dtype=solver.param_dtype, mesh=mesh)
+                                               dtype=solver.dtype, mesh=mesh)
     s_cfg = s_cfg.replace(dtype=solver.dtype)
     setup_lib.check_tokenizer_fits(tokenizer, s_cfg, field=solver.checkpoint_field)
   elif solver_params is not None:
-    s_cfg, s_params = model_config, solver_params
+    # A frozen copy: the policy's own parameters change with every update.
+    s_cfg = model_config.replace(param_dtype=solver.dtype)
+    s_params = jax.tree.map(lambda x: x.astype(solver.dtype), solver_params)
   else:
     raise ValueError('config.solver.hf_checkpoint: the llm task solver needs weights '
                      '(set solver.hf_checkpoint or model.hf_checkpoint), or use '

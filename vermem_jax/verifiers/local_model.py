@@ -19,6 +19,7 @@ import jax
 
 from vermem_jax import paths
 from vermem_jax import tokenization
+from vermem_jax.models import batch_chunks
 from vermem_jax.models import hf_io
 from vermem_jax.models import qwen
 from vermem_jax.models import qwen_config
@@ -44,7 +45,8 @@ class LocalChatGenerator:
   Shared by the local-model verifier and the evaluation judges (`eval.judges`).
   Conversations are rendered with the tokenizer's chat template (thinking off),
   encoded, cut to fit the model's positions (head and tail kept), and decoded in
-  batches of `batch_size`; stop tokens are dropped from the reply text.
+  calls of `batch_size` rows (the last one padded to it, `models.batch_chunks`); stop
+  tokens are dropped from the reply text.
 
   Args:
     model_config, params: a `QwenConfig` and its parameter tree.
@@ -84,22 +86,20 @@ class LocalChatGenerator:
 
   def complete_many(self, conversations: list[list[dict]]) -> list[str]:
     """One reply text per conversation, in order."""
-    replies: list[str] = []
+    if not conversations:
+      return []
     stop = set(self.tokenizer.stop_token_ids)
-    for start in range(0, len(conversations), self.batch_size):
-      chunk = conversations[start:start + self.batch_size]
-      self._rng, key = jax.random.split(self._rng)
-      out = sampling.generate(
-          self.model_config, self.params, [self._encode(m) for m in chunk], rng=key,
-          max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=1.0,
-          stop_token_ids=tuple(sorted(stop)),
-          pad_token_id=self.tokenizer.pad_token_id)
-      tokens = jax.device_get(out.tokens)
-      lengths = jax.device_get(out.lengths)
-      for row, n in zip(tokens, lengths):
-        ids = [int(t) for t in row[: int(n)] if int(t) not in stop]
-        replies.append(self.tokenizer.decode(ids, skip_special_tokens=True))
-    return replies
+    self._rng, key = jax.random.split(self._rng)
+    # Chunks of batch_size, the last one padded: one batch shape (models/batch_chunks).
+    out = batch_chunks.generate_in_chunks(
+        sampling.generate, self.model_config, self.params,
+        [self._encode(m) for m in conversations], rng=key,
+        batch_buckets=(self.batch_size,), max_new_tokens=self.max_new_tokens,
+        temperature=self.temperature, top_p=1.0, stop_token_ids=tuple(sorted(stop)),
+        pad_token_id=self.tokenizer.pad_token_id)
+    return [self.tokenizer.decode([int(t) for t in row[:int(n)] if int(t) not in stop],
+                                  skip_special_tokens=True)
+            for row, n in zip(out.tokens, out.lengths)]
 
 
 def load_model(checkpoint_path: str, preset: str, seed: int) -> tuple[Any, Any]:

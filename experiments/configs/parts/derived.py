@@ -39,12 +39,30 @@ def power_of_two_buckets(min_len: int, max_len: int) -> list[int]:
   return buckets
 
 
-# Smallest sampler prompt bucket and learner length bucket (tokens; decision): x_t holds
-# the instruction block and the command list, a few hundred tokens at least, so smaller
-# buckets would only add compilations.
-MIN_PROMPT_BUCKET = 256
+# Smallest learner length bucket (tokens; decision): x_t holds the instruction block
+# and the command list, a few hundred tokens at least, so smaller buckets would only
+# add compilations.
 MIN_LENGTH_BUCKET = 256
+# Paper-scale sampler prompt buckets (`quarter_octave_buckets` from this size): a
+# prompt pads by at most a quarter of its length once it has 1,024 tokens. Padded
+# prefill tokens per row: 1.09-1.14x the real ones on paper-shaped Phase A/B/C dev
+# episodes, 1.36-1.44x with powers of two (docs/compilation.md).
+MIN_PROMPT_BUCKET = 256
 MIN_COMMAND_BUCKET = 16  # decision: short commands (Null, Delete) are ~10-20 tokens
+
+def quarter_octave_buckets(min_len: int, max_len: int) -> list[int]:
+  """Length buckets that split every octave [2^k, 2^(k+1)) above `min_len` into four
+  equal steps (a step of at least `min_len`), below `max_len`, then `max_len`: a
+  length of n >= 4 * min_len pads to at most 1.25 n. Tokens; min_len a power of 2.
+  """
+  if min_len <= 0 or max_len <= 0:
+    raise ValueError(f'bucket bounds must be positive, got {min_len}, {max_len}')
+  buckets, b = [], min_len
+  while b < max_len:
+    buckets.append(b)
+    b += max(min_len, (1 << (b.bit_length() - 1)) // 4)
+  return buckets + [max_len]
+
 
 # A lazy FieldReference operation: `fn(value, *args)` with the args dereferenced when the
 # field is read. Same fields as ml_collections' (private) op record, which is what
@@ -69,18 +87,25 @@ TINY_BUCKET_STEP = 128
 TINY_MIN_BUCKET = 384
 
 
-def _buckets_op(min_len: int | None, step: int | None, unused_value: Any,
+# `derived_buckets_ref(..., step=QUARTER_OCTAVE)`: quarter_octave_buckets.
+QUARTER_OCTAVE = 'quarter_octave'
+
+
+def _buckets_op(min_len: int | None, step: int | str | None, unused_value: Any,
                 max_len: int) -> tuple[int, ...]:
   if step is None:
     return tuple(power_of_two_buckets(min_len, int(max_len)))
+  if step == QUARTER_OCTAVE:
+    return tuple(quarter_octave_buckets(min_len, int(max_len)))
   return tuple(linear_buckets(min_len, int(max_len), step))
 
 
 def derived_buckets_ref(min_len: int | None,
                         max_len: ml_collections.FieldReference, *,
-                        step: int | None = None) -> ml_collections.FieldReference:
+                        step: int | str | None = None) -> ml_collections.FieldReference:
   """A tuple field equal to power_of_two_buckets(min_len, max_len) whenever read (with
-  `step`: linear_buckets(min_len, max_len, step)).
+  `step`: linear_buckets(min_len, max_len, step); step=QUARTER_OCTAVE:
+  quarter_octave_buckets(min_len, max_len)).
 
   Assigning a tuple to the field (command line, code) drops the derivation.
   """
@@ -105,7 +130,7 @@ def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, .
   """The bucket fields as derived from the config's current limits (tokens).
 
   Returns:
-    {'sampling.prompt_buckets': powers of two from MIN_PROMPT_BUCKET, then
+    {'sampling.prompt_buckets': quarter_octave_buckets from MIN_PROMPT_BUCKET, then
      P_max = memory.policy_input_limit + sampling.prompt_overhead_tokens;
      'batching.length_buckets': powers of two from MIN_LENGTH_BUCKET, then
      P_max + sampling.max_command_tokens;
@@ -127,8 +152,8 @@ def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, .
         'batching.command_buckets': tuple(linear_buckets(None, max_cmd, step)),
     }
   return {
-      'sampling.prompt_buckets': tuple(power_of_two_buckets(MIN_PROMPT_BUCKET,
-                                                            max_prompt)),
+      'sampling.prompt_buckets': tuple(quarter_octave_buckets(MIN_PROMPT_BUCKET,
+                                                              max_prompt)),
       'batching.length_buckets': tuple(power_of_two_buckets(MIN_LENGTH_BUCKET,
                                                             max_prompt + max_cmd)),
       'batching.command_buckets': tuple(power_of_two_buckets(MIN_COMMAND_BUCKET,

@@ -131,10 +131,11 @@ def _sampling(c: ml_collections.ConfigDict) -> None:
   # measured value (Qwen2.5 adds 29, Qwen3 8-12), so one config fits every supported
   # tokenizer; rl.policy.SamplerPolicy refuses a template that needs more.
   c.sampling.prompt_overhead_tokens = ml_collections.FieldReference(64)
-  # Sampler prompt paddings (models/sampling.py): powers of two, then exactly the
-  # longest prompt, so a full 8,192-token x_t pads to 8,256, not to 16,384.
-  c.sampling.prompt_buckets = derived.derived_buckets_ref(derived.MIN_PROMPT_BUCKET,
-                                                        _max_prompt_ref(c))
+  # Sampler prompt paddings (models/sampling.py): four per octave, then exactly the
+  # longest prompt (a full x_t pads to 8,256): 1.09-1.14x padded prefill tokens where
+  # powers of two gave 1.36-1.44x (docs/compilation.md).
+  c.sampling.prompt_buckets = derived.derived_buckets_ref(
+      derived.MIN_PROMPT_BUCKET, _max_prompt_ref(c), step=derived.QUARTER_OCTAVE)
   # One prefill per distinct prompt of a sampler call, its KV cache shared by the rows
   # that repeat it (the K rollouts' x_0); same tokens as without sharing.
   c.sampling.share_prefill = True
@@ -431,10 +432,23 @@ def _metrics(c: ml_collections.ConfigDict) -> None:
   c.metrics.progress_bar = True
 
 
+def _runtime(c: ml_collections.ConfigDict) -> None:
+  """The persistent XLA compilation cache (train/compilation.py; docs/compilation.md).
+  Keys = fields of `train.compilation.CompilationCacheConfig`."""
+  c.runtime = ml_collections.ConfigDict()
+  # On by default: a 7B program takes minutes to compile, and every phase start and
+  # resume would compile them all again. '' turns it off.
+  c.runtime.compilation_cache_dir = paths.default_compilation_cache_dir()
+  # Programs that compile faster than a cache read pays for are not written; at 7B
+  # every sampler and learner program takes far longer than this (seconds).
+  c.runtime.cache_min_compile_time_secs = 1.0
+  c.runtime.cache_min_entry_size_bytes = 0  # any size: the time threshold decides
+
+
 # In this order: later sections reference fields of earlier ones.
 SECTIONS = (_data, _tokenizer, _model, _memory, _sampling, _batching, _sft, _rl,
             _advantage, _reward, _verifier, _solver, _episodes, _eval, _checkpoint,
-            _metrics, benchmarks.benchmark_section)
+            _metrics, _runtime, benchmarks.benchmark_section)
 
 
 def paper_config(phase: str) -> ml_collections.ConfigDict:

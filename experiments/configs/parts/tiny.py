@@ -71,6 +71,10 @@ def apply_tiny(c: ml_collections.ConfigDict, phase: str) -> None:
   c.memory.local_ids = True
   # Every SFT target fits (longest template command: 177 tokens of the 4k model).
   c.sampling.max_command_tokens = 192
+  # Every tiny program compiles in well under a second on CPU, so the paper's 1 s
+  # threshold would cache none of them and every resume would compile them all again
+  # (docs/compilation.md).
+  c.runtime.cache_min_compile_time_secs = 0.0
   derived.install_tiny_buckets(c)      # finer length buckets, one command bucket
   c.batching.micro_batch_size = 8
   # The most the boundary Summarize template builds from the construction questions

@@ -310,11 +310,24 @@ def _check_metrics(config: ml_collections.ConfigDict) -> None:
   _require(config.metrics.log_every >= 1, 'metrics.log_every', 'must be >= 1')
 
 
+def _check_runtime(config: ml_collections.ConfigDict) -> None:
+  r = config.runtime
+  _require(isinstance(r.compilation_cache_dir, str), 'runtime.compilation_cache_dir',
+           f"must be a path string ('' = off), got {r.compilation_cache_dir!r}")
+  _require(isinstance(r.cache_min_compile_time_secs, (int, float))
+           and r.cache_min_compile_time_secs >= 0, 'runtime.cache_min_compile_time_secs',
+           f'must be a number >= 0, got {r.cache_min_compile_time_secs!r}')
+  _require(isinstance(r.cache_min_entry_size_bytes, int)
+           and not isinstance(r.cache_min_entry_size_bytes, bool)
+           and r.cache_min_entry_size_bytes >= -1, 'runtime.cache_min_entry_size_bytes',
+           f'must be an int >= -1, got {r.cache_min_entry_size_bytes!r}')
+
+
 # Run in this order; the first failing field is the one reported.
 FIELD_CHECKS = (_check_run, _check_model, _check_memory, _check_sampling, _check_buckets,
                 _check_sft, _check_model_mesh, _check_rl, _check_advantage,
                 _check_solver, _check_episodes, _check_eval, _check_checkpoint,
-                _check_metrics)
+                _check_metrics, _check_runtime)
 
 
 def _check_paths(config: ml_collections.ConfigDict) -> None:
