@@ -41,7 +41,8 @@ def test_planned_learner_bytes_are_those_of_the_program_it_runs(gpu_check, tmp_p
   # argument + output + temporary bytes (a shape or setting the two disagree on, e.g.
   # a batch key or the loss chunk, shows here).
   out = tmp_path / 'gpu_check.json'
-  assert gpu_check.main(['--preset=tiny', '--length=256', '--command_tokens=32',
+  assert gpu_check.main(['--preset=tiny', '--hf_checkpoint=', '--length=256',
+                         '--command_tokens=32',
                          '--learner_batch=2', '--decode_batch=4', '--new_tokens=8',
                          '--vocab_size=4096', '--repeats=1', '--skip=decode',
                          f'--out={out}']) == 0

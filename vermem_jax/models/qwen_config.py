@@ -361,4 +361,11 @@ PRESETS: dict[str, QwenConfig] = {
         vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=128,
         max_position_embeddings=4096, dtype='bfloat16'),
+    # The `small` scale's policy (experiments/configs/parts/small.py): the config.json
+    # of huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct, a Llama model.
+    'smollm2-135m-instruct': QwenConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=8192,
+        attention_bias=False, qk_norm=False, model_type='llama', **_NUMERICS),
 }
