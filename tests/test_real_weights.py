@@ -23,6 +23,7 @@ import benchmark_scripts
 from vermem_jax import paths
 from vermem_jax import tokenization
 from vermem_jax.models import gguf_import
+from vermem_jax.models import qwen_config
 
 MAX_ABS_DLOGIT = 2e-3
 TOP1_F32 = 0.99
@@ -95,3 +96,6 @@ def test_converted_folder_tokenizer_and_chat_template(figures):
   assert text.startswith('<|im_start|>system\n') and text.endswith(
       '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n')
   assert os.path.isfile(os.path.join(folder, gguf_import.GENERATION_CONFIG))
+  # The small scale's preset (plans without the weights) is the converted config.
+  assert qwen_config.QwenConfig.from_hf(folder) == qwen_config.QwenConfig.preset(
+      'smollm2-135m-instruct', dtype='float32')
