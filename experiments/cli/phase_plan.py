@@ -1,8 +1,8 @@
 """Which phases a command runs: a phase needs the previous one complete (SPEC §4).
 
 A phase is complete when `<workdir>/<phase>/` holds the `phase_complete.json` marker
-and a checkpoint. At the tiny scale the missing phases are planned first; at paper
-scale the plan stops with the command that makes the missing checkpoint.
+and a checkpoint. At the tiny and small scales the missing phases are planned first;
+at paper scale the plan stops with the command that makes the missing checkpoint.
 """
 
 from __future__ import annotations
