@@ -164,7 +164,16 @@ def test_presets_published_values():
       'qwen3-4b-instruct-2507': (2560, 9728, 36, 32, 8, 128, 151936, True, 5e6,
                                  262144),
   }
-  assert set(qwen_config.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k'}
+  # SmolLM2-135M-Instruct's config.json (a Llama model; the small scale's policy).
+  smol = QwenConfig.preset('smollm2-135m-instruct')
+  assert (smol.hidden_size, smol.intermediate_size, smol.num_hidden_layers,
+          smol.num_attention_heads, smol.num_key_value_heads, smol.head_dim,
+          smol.vocab_size, smol.tie_word_embeddings, smol.rope_theta,
+          smol.rms_norm_eps, smol.max_position_embeddings) == (
+              576, 1536, 30, 9, 3, 64, 49152, True, 1e5, 1e-5, 8192)
+  assert (smol.model_type, smol.attention_bias, smol.qk_norm) == ('llama', False, False)
+  assert set(qwen_config.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k',
+                                                      'smollm2-135m-instruct'}
   for name, values in expected.items():
     c = QwenConfig.preset(name)
     got = (c.hidden_size, c.intermediate_size, c.num_hidden_layers,
