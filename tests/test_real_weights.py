@@ -57,6 +57,20 @@ def test_command_line_bad_input_exits_2(tmp_path, capsys):
   assert gguf_import.main([str(tmp_path / 'missing.gguf'), str(tmp_path / 'out')]) == 2
   err = capsys.readouterr().err
   assert 'missing.gguf' in err or 'gguf' in err
+  if _has_gguf():  # without it the message names the package instead
+    junk = tmp_path / 'junk.gguf'
+    junk.write_text('not a GGUF file, only text')
+    assert gguf_import.main([str(junk), str(tmp_path / 'out')]) == 2
+    assert 'not a readable GGUF file' in capsys.readouterr().err
+    assert not (tmp_path / 'out').exists()
+
+
+def _has_gguf():
+  try:
+    import gguf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    return False
+  return True
 
 
 @pytest.fixture(scope='module')
