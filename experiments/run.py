@@ -16,8 +16,8 @@ with `--config.<section>.<field>=value`; overrides apply to every phase this com
 Each phase writes to `<workdir>/<phase>/` (checkpoints, metrics.jsonl, TensorBoard
 events, advantages.jsonl). A phase starts from the previous phase's parameters, so it
 needs that phase to be complete (`<workdir>/<prev>/phase_complete.json`, written here
-when a phase's trainer returns). At the tiny scale missing phases are run first (and the
-log says so); at paper scale the command stops and prints the command that makes the
+when a phase's trainer returns). At the tiny and small scales missing phases are run
+first (and the log says so); at paper scale the command stops and prints the command that makes the
 missing checkpoint (with this command's `--config.*` flags). A phase with checkpoints of
 its own resumes from the newest one. While a phase runs, this process holds an exclusive
 lock on `<workdir>/<phase>/.lock`; a second run of that phase in the same workdir stops
@@ -280,8 +280,9 @@ def _run_plan(config: ml_collections.ConfigDict, workdir: str, plan: list[str],
                                preflight.check_local_verifier(config)))
   if len(plan) > 1:
     logging.warning('%s needs %s, which has no completed checkpoint in %s: running %s '
-                    'first (tiny scale)', config.phase,
-                    curriculum.PREVIOUS_PHASE[config.phase], workdir, ', '.join(plan[:-1]))
+                    'first (%s scale)', config.phase,
+                    curriculum.PREVIOUS_PHASE[config.phase], workdir, ', '.join(plan[:-1]),
+                    config.scale)
   from vermem_jax.train import checkpoints  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import nonfinite  # pylint: disable=g-import-not-at-top
   for phase in plan:

@@ -8,6 +8,7 @@ import ml_collections
 import numpy as np
 import pytest
 
+from experiments.cli import overrides as overrides_lib
 from experiments.configs import common
 from experiments.configs.parts import curriculum
 from experiments.configs.parts import derived
@@ -18,6 +19,7 @@ from experiments.configs.parts import validation
 from vermem_jax import paths
 from vermem_jax.envs import hotpotqa
 from vermem_jax.memory import config as memory_config
+from vermem_jax.models import qwen_config
 from vermem_jax.rl import advantages
 from vermem_jax.rl import rewards
 from vermem_jax.rl import running_stats
@@ -178,6 +180,7 @@ def test_phase_modules_get_config(phase):
   assert mod.get_config('scale=paper').scale == 'paper'
   assert mod.get_config('paper').scale == 'paper'
   assert mod.get_config('scale=tiny').model.preset == 'tiny-sp4k'
+  assert mod.get_config('scale=small').scale == 'small'
 
 
 def test_bad_scale_argument():
@@ -719,3 +722,26 @@ def test_issue11_fields_defaults_mirrors_and_errors():
                        in flag else 'sft.py', flag)
     with pytest.raises(ValueError, match=f'config.{field}'):
       validation.validate_config(cfg)
+
+
+# The fields parts/small.py sets on top of the tiny scale (issue 37).
+SMALL_FIELDS = {'model.preset', 'model.hf_checkpoint', 'tokenizer.name', 'tokenizer.path',
+                'model.scan_layers', 'model.attn_implementation', 'sft.learning_rate',
+                'rl.learning_rate', 'scale'}
+
+
+@pytest.mark.parametrize('phase', ['sft', 'phase_a', 'phase_c', 'eval_hotpotqa'])
+def test_small_scale_is_tiny_with_smollm2(phase, monkeypatch, tmp_path):
+  monkeypatch.setenv(paths.SMALL_MODEL_DIR_ENV, str(tmp_path / 'smol'))
+  small = overrides_lib.config_leaves(common.get_config(phase, 'scale=small'))
+  tiny = overrides_lib.config_leaves(common.get_config(phase))
+  assert small.keys() == tiny.keys()
+  assert {k for k in small if small[k] != tiny[k]} == SMALL_FIELDS
+  assert small['model.hf_checkpoint'] == small['tokenizer.path'] == str(tmp_path / 'smol')
+  assert small['sft.learning_rate'] < tiny['sft.learning_rate']
+  # The preset is SmolLM2's shape (a Llama model), so plans need no weights.
+  preset = qwen_config.QwenConfig.preset(small['model.preset'])
+  assert (preset.model_type, preset.num_hidden_layers, preset.vocab_size) == (
+      'llama', 30, 49152)
+  with pytest.raises(ValueError, match='pretrain builds'):
+    common.get_config('pretrain', 'scale=small')

@@ -38,7 +38,8 @@ def test_flops_per_token(gpu_check):
 def _figures(gpu_check, tmp_path, *flags) -> dict:
   """The figures of `gpu_check.main` on the tiny preset (V = 4,096, one repeat)."""
   out = tmp_path / 'gpu_check.json'
-  assert gpu_check.main(['--preset=tiny', '--vocab_size=4096', '--repeats=1', *flags,
+  assert gpu_check.main(['--preset=tiny', '--hf_checkpoint=', '--vocab_size=4096',
+                         '--repeats=1', *flags,
                          f'--out={out}']) == 0
   return json.loads(out.read_text())['figures']
 

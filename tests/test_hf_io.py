@@ -32,7 +32,8 @@ SEQ = 13
 # Each case: (transformers class name, config overrides, save_pretrained kwargs).
 # Together they cover: Qwen2 q/k/v bias; Qwen3 q/k norm; rope_theta 1e4, 1e6, 5e6;
 # head_dim != hidden/heads; GQA (4:2, 4:1) and MHA; tied and untied embeddings; a
-# sharded checkpoint; a bfloat16 checkpoint.
+# sharded checkpoint; a bfloat16 checkpoint; Llama (no biases, rope_theta 1e5 and
+# rms_norm_eps 1e-5 like SmolLM2).
 CASES = {
     "qwen2_bias_theta1e4_gqa_untied": (
         "Qwen2", dict(rope_theta=1e4, num_key_value_heads=2, tie_word_embeddings=False),
@@ -46,6 +47,9 @@ CASES = {
     "qwen3_theta5e6_mha_untied_sharded": (
         "Qwen3", dict(rope_theta=5e6, head_dim=16, num_key_value_heads=4,
                       tie_word_embeddings=False), dict(max_shard_size="60KB")),
+    "llama_theta1e5_eps1e5_gqa_tied": (
+        "Llama", dict(rope_theta=1e5, rms_norm_eps=1e-5, num_key_value_heads=2,
+                      tie_word_embeddings=True), {}),
     "qwen3_theta5e6_gqa_tied_bf16": (
         "Qwen3", dict(rope_theta=5e6, head_dim=32, num_key_value_heads=2,
                       tie_word_embeddings=True), dict(bf16=True)),
@@ -176,6 +180,7 @@ def test_dtype_cast_keeps_bf16_values(saved):
 @pytest.mark.parametrize("case,shard", [
     ("qwen2_bias_theta1e4_gqa_untied", None),
     ("qwen3_qknorm_theta1e6_headdim24_gqa_tied", "40KB"),
+    ("llama_theta1e5_eps1e5_gqa_tied", None),
 ])
 def test_export_loads_in_transformers(saved, tmp_path, case, shard):
   config, params = hf_io.load_hf_checkpoint(saved[case][0])

@@ -112,8 +112,17 @@ def test_from_hf_shared_config_files(data_dir):
   assert cfg25.head_dim == 64 and cfg3.head_dim == 128
 
 
+_LLAMA = {'model_type': 'llama', 'vocab_size': 10, 'hidden_size': 8,
+          'intermediate_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 2,
+          'rope_theta': 1e5}
+
+
 @pytest.mark.parametrize('raw, match', [
-    ({'model_type': 'llama'}, 'qwen2 or qwen3'),
+    ({'model_type': 'mistral'}, "not one of \\('qwen2', 'qwen3', 'llama'\\)"),
+    ({**_LLAMA, 'attention_bias': True}, 'attention_bias=True is not supported'),
+    ({**_LLAMA, 'mlp_bias': True}, 'mlp_bias=True is not supported'),
+    ({**_LLAMA, 'pretraining_tp': 2}, 'pretraining_tp=2'),
+    ({**_LLAMA, 'rope_scaling': {'rope_type': 'llama3', 'factor': 8.0}}, 'llama3'),
     ({'model_type': 'qwen2', 'vocab_size': 10}, 'missing required'),
     ({'model_type': 'qwen2', 'vocab_size': 10, 'hidden_size': 8,
       'intermediate_size': 8, 'num_hidden_layers': 1, 'num_attention_heads': 2,
@@ -155,7 +164,16 @@ def test_presets_published_values():
       'qwen3-4b-instruct-2507': (2560, 9728, 36, 32, 8, 128, 151936, True, 5e6,
                                  262144),
   }
-  assert set(qwen_config.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k'}
+  # SmolLM2-135M-Instruct's config.json (a Llama model; the small scale's policy).
+  smol = QwenConfig.preset('smollm2-135m-instruct')
+  assert (smol.hidden_size, smol.intermediate_size, smol.num_hidden_layers,
+          smol.num_attention_heads, smol.num_key_value_heads, smol.head_dim,
+          smol.vocab_size, smol.tie_word_embeddings, smol.rope_theta,
+          smol.rms_norm_eps, smol.max_position_embeddings) == (
+              576, 1536, 30, 9, 3, 64, 49152, True, 1e5, 1e-5, 8192)
+  assert (smol.model_type, smol.attention_bias, smol.qk_norm) == ('llama', False, False)
+  assert set(qwen_config.PRESETS) == set(expected) | {'tiny', 'tiny-sp4k',
+                                                      'smollm2-135m-instruct'}
   for name, values in expected.items():
     c = QwenConfig.preset(name)
     got = (c.hidden_size, c.intermediate_size, c.num_hidden_layers,
@@ -418,7 +436,21 @@ def _hf_state_to_params(model, cfg):
   return jax.tree.map(jnp.asarray, params)
 
 
-@pytest.mark.parametrize('family', ['qwen2', 'qwen3'])
+def test_from_hf_llama_written_by_transformers():
+  transformers = pytest.importorskip('transformers')
+  d = transformers.LlamaConfig(
+      vocab_size=128, hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+      num_attention_heads=6, num_key_value_heads=2, rope_theta=1e5,
+      rms_norm_eps=1e-5, tie_word_embeddings=True).to_dict()
+  cfg = QwenConfig.from_hf(d)
+  assert (cfg.model_type, cfg.hf_model_type, cfg.attention_bias, cfg.qk_norm) == (
+      'llama', 'llama', False, False)
+  assert (cfg.rope_theta, cfg.rms_norm_eps, cfg.head_dim) == (1e5, 1e-5, 8)
+  with pytest.raises(ValueError, match='llama has no q/k/v bias'):
+    cfg.replace(attention_bias=True)
+
+
+@pytest.mark.parametrize('family', ['qwen2', 'qwen3', 'llama'])
 def test_matches_transformers_in_memory(family):
   torch = pytest.importorskip('torch')
   transformers = pytest.importorskip('transformers')
@@ -429,6 +461,10 @@ def test_matches_transformers_in_memory(family):
     hf_cfg = transformers.Qwen2Config(rope_theta=1e4, tie_word_embeddings=True,
                                       **common)
     hf_model = transformers.Qwen2ForCausalLM(hf_cfg)
+  elif family == 'llama':  # no biases, tied head
+    hf_cfg = transformers.LlamaConfig(rope_theta=1e5, tie_word_embeddings=True,
+                                      **common)
+    hf_model = transformers.LlamaForCausalLM(hf_cfg)
   else:  # head_dim 16 != 48 / 4, untied head
     hf_cfg = transformers.Qwen3Config(rope_theta=1e6, head_dim=16,
                                       tie_word_embeddings=False, **common)

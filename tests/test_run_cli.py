@@ -110,6 +110,11 @@ def test_incomplete_previous_phase_is_rerun(tmp_path, monkeypatch):
   assert phase_plan.plan_phases('phase_b', workdir, 'tiny') == ['phase_a', 'phase_b']
   assert phase_plan.plan_phases('sft', workdir, 'tiny') == ['sft']
   assert phase_plan.plan_phases('phase_a', workdir, 'tiny') == ['phase_a']
+  # The small scale (SmolLM2, issue 37) runs missing phases like tiny; paper stops.
+  assert phase_plan.plan_phases('phase_c', workdir, 'small') == [
+      'phase_a', 'phase_b', 'phase_c']
+  with pytest.raises(phase_plan.MissingPrerequisiteError, match=':scale=paper'):
+    phase_plan.plan_phases('phase_c', workdir, 'paper')
 
 
 def test_paper_scale_stops_with_command(tmp_path, monkeypatch, qwen25_tokenizer_dir):

@@ -72,3 +72,11 @@ def test_sft_folder_itself_gets_a_hint(script, tmp_path, capsys):
 def test_unknown_override_is_an_error_with_status_2(script, tmp_path, capsys):
   assert script.main([f'--workdir={tmp_path}', '--override', 'model.bogus=1']) == 2
   assert 'model.bogus: no such config field' in capsys.readouterr().err
+
+
+def test_first_per_class_keeps_order_and_count(script):
+  ops = ['Add', 'Null', 'Add', 'Delete', 'Add', 'Null']
+  records = [types.SimpleNamespace(op=op, i=i) for i, op in enumerate(ops)]
+  kept = script.first_per_class(records, 2)
+  assert [r.i for r in kept] == [0, 1, 2, 3, 5]
+  assert script.first_per_class(records, 1) == [records[0], records[1], records[3]]

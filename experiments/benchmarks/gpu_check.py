@@ -43,11 +43,15 @@ measures the decode alone.
 
 It has NOT been run on a GPU in this repository's development (no accelerator was
 available); its CPU-runnable parts are exercised at tiny sizes:
-  .venv/bin/python experiments/benchmarks/gpu_check.py --preset=tiny --length=256 \
+  .venv/bin/python experiments/benchmarks/gpu_check.py --preset=tiny --hf_checkpoint= \
+      --length=256 \
       --command_tokens=32 --learner_batch=2 --decode_batch=4 --new_tokens=8 \
       --vocab_size=4096 --repeats=1
 On a GPU (defaults = the paper-scale check):
   python experiments/benchmarks/gpu_check.py --out=gpu_check.json
+With SmolLM2 converted (`make install-small`) the default --hf_checkpoint=auto runs
+that real model (real weights, its shapes) instead of the random preset; --preset then
+names nothing, and --hf_checkpoint= (empty) restores the preset.
 """
 from __future__ import annotations
 
@@ -66,6 +70,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import bench_common  # noqa: E402  (this folder is on sys.path)
+from vermem_jax import paths  # noqa: E402
+from vermem_jax.models import gguf_import  # noqa: E402
+from vermem_jax.models import hf_io  # noqa: E402
 from vermem_jax.models import qwen  # noqa: E402
 from vermem_jax.models import qwen_config
 from vermem_jax.models import sampling  # noqa: E402
@@ -85,6 +92,11 @@ PEAK_TFLOPS = (('H200', 989.0), ('H100', 989.0), ('A100', 312.0), ('L40S', 362.0
 def _parser():
   ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
   ap.add_argument('--preset', default='qwen2.5-0.5b-instruct')
+  ap.add_argument('--hf_checkpoint', default='auto',
+                  help="a Hugging Face folder whose real weights replace the preset's "
+                       "random ones (θ and π_ref both start from it); 'auto' = the "
+                       'converted SmolLM2 folder (make install-small) when it is there, '
+                       "else the preset; '' = the preset")
   ap.add_argument('--vocab_size', type=int, default=None, help='override the preset')
   ap.add_argument('--attn_implementation', default='auto')
   ap.add_argument('--length', type=int, default=8192, help='T tokens per row')
@@ -302,24 +314,38 @@ def main(argv=None):
   args = _parser().parse_args(argv)
   overrides = dict(dtype='bfloat16', param_dtype='float32', remat=True, scan_layers=True,
                    attn_implementation=args.attn_implementation)
+  folder = args.hf_checkpoint
+  if folder == 'auto':
+    folder = paths.small_model_dir() if gguf_import.is_converted(
+        paths.small_model_dir()) else ''
   if args.vocab_size:
+    if folder:
+      raise SystemExit(f'--vocab_size applies to a preset, not to {folder}')
     overrides['vocab_size'] = args.vocab_size
-  cfg = qwen_config.QwenConfig.preset(args.preset, **overrides)
+  if folder:
+    cfg = qwen_config.QwenConfig.from_hf(folder, **overrides)
+  else:
+    cfg = qwen_config.QwenConfig.preset(args.preset, **overrides)
+  model_name = folder or args.preset
   if args.length > cfg.max_position_embeddings:
     raise SystemExit(f'--length {args.length} > max_position_embeddings')
   peak = device_peak(args)
   dev = jax.devices()[0]
   print(f'device: {dev.device_kind} ({jax.default_backend()}), {len(jax.devices())} '
         f'device(s); peak {"unknown (no MFU)" if peak is None else f"{peak / 1e12:.0f} TFLOP/s"}; '
-        f'model {args.preset} ({non_embedding_params(cfg) / 1e6:.0f}M non-embedding '
+        f'model {model_name} ({non_embedding_params(cfg) / 1e6:.0f}M non-embedding '
         f'parameters, V={cfg.vocab_size}), bf16 compute, remat, scanned layers, attention '
         f'{args.attn_implementation}; load average {os.getloadavg()[0]:.1f}', flush=True)
   t0 = time.perf_counter()
-  params = qwen.init_params(cfg, jax.random.PRNGKey(0))
-  ref_params = qwen.init_params(cfg, jax.random.PRNGKey(1))
+  if folder:
+    _, params = hf_io.load_hf_checkpoint(folder, dtype=cfg.param_dtype)
+    ref_params = jax.tree.map(jnp.copy, params)
+  else:
+    params = qwen.init_params(cfg, jax.random.PRNGKey(0))
+    ref_params = qwen.init_params(cfg, jax.random.PRNGKey(1))
   jax.block_until_ready((params, ref_params))
   figures = {'device': dev.device_kind, 'backend': jax.default_backend(),
-             'preset': args.preset, 'vocab_size': cfg.vocab_size,
+             'preset': args.preset, 'hf_checkpoint': folder, 'vocab_size': cfg.vocab_size,
              'attn_implementation': args.attn_implementation,
              'init_s': time.perf_counter() - t0}
   planned = {}

@@ -142,13 +142,15 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def phase_config(phase: str, seed: int, overrides: Overrides) -> ml_collections.ConfigDict:
-  """The tiny config of `phase` with seed `seed` and `overrides` ('a.b' -> value) set.
+def phase_config(phase: str, seed: int, overrides: Overrides,
+                 scale: str = 'tiny') -> ml_collections.ConfigDict:
+  """The config of `phase` at `scale` (default tiny) with seed `seed` and `overrides`
+  ('a.b' -> value) set.
 
   Raises:
     ValueError: an override names no field of the config or has the wrong type.
   """
-  config = common.get_config(phase)
+  config = common.get_config(phase, f'scale={scale}')
   config.seed = int(seed)
   for key, value in overrides:
     node = config

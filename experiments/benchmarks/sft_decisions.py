@@ -3,6 +3,8 @@ r"""Does SFT learn the decisions, or only the text? Teacher-forced tool choice p
     python experiments/benchmarks/sft_decisions.py --workdir=workdir          # after make run
     python experiments/benchmarks/sft_decisions.py --workdir=runs/l4 \
         --override model.hf_checkpoint=None model.num_hidden_layers=4      # the run's settings
+    python experiments/benchmarks/sft_decisions.py --scale=small --per_class=4 \
+        --workdir=runs/smol                                  # SmolLM2 (docs/real-weights.md)
 
 Loads the SFT checkpoint of `<workdir>/sft` (the step Phase A starts from), rebuilds the
 SFT set of the tiny config (seeded by `episodes.seed`, not by the run's seed: every run
@@ -26,6 +28,13 @@ command text learnt but not when to use it: more epochs on the same records do n
 help there, since the records are already fitted token by token. The dev `decision`
 share bounds the SFT summary's greedy tool accuracy from above: a greedy command that
 starts with the right tool can still fail to parse, and then counts as unparseable.
+
+With SmolLM2's tokenizer (`--scale=small`) a tool name is one to three pieces without
+its parenthesis (`Add`, `Ret` + `rieve`, `Select` + `Ep` + `isode`; ∅ two byte pieces);
+the first pieces of the eight classes still differ, so the first command token still
+names the tool. `--per_class=N` scores
+only the first N records of each class per split, for a model whose forward pass is
+slow on a CPU.
 """
 
 from __future__ import annotations
@@ -115,10 +124,25 @@ def decision_figures(model_config, params, examples, tokenizer,
   return out
 
 
+def first_per_class(records, n: int) -> list:
+  """The first `n` records of each class (`record.op`), in their order."""
+  seen = collections.Counter()
+  out = []
+  for r in records:
+    if seen[r.op] < n:
+      seen[r.op] += 1
+      out.append(r)
+  return out
+
+
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--workdir', default='workdir',
                       help='a run directory holding sft/ (make run writes workdir/)')
+  parser.add_argument('--scale', default='tiny', choices=('tiny', 'small'),
+                      help="the run's config scale")
+  parser.add_argument('--per_class', type=int, default=0,
+                      help='score the first N records of each class per split (0: all)')
   parser.add_argument('--override', type=learning_curve.parse_override, nargs='+',
                       action='extend', default=[], metavar='SECTION.FIELD=VALUE',
                       help="the run's config overrides, e.g. model.num_hidden_layers=4")
@@ -126,7 +150,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   directory = os.path.join(args.workdir, 'sft')
   try:
-    config = learning_curve.phase_config('sft', 42, args.override)
+    config = learning_curve.phase_config('sft', 42, args.override, args.scale)
     run = run_setup.RunSetup.from_config(config)
     tok = setup.load_tokenizer_for(config)
   except ValueError as e:
@@ -156,6 +180,8 @@ def main(argv=None) -> int:
                                        run.sampling.max_command_tokens)
   figures = {}
   for split, records in (('train', train), ('dev', dev)):
+    if args.per_class > 0:
+      records = first_per_class(records, args.per_class)
     examples, _ = sft_examples.tokenize_records(records, tok, **limits)
     figures[split] = decision_figures(model_config, params, examples, tok)
   print(f'SFT decisions, teacher-forced: {directory} step {step}; records per class '

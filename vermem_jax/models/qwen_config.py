@@ -1,6 +1,8 @@
-"""Qwen2 / Qwen2.5 / Qwen3 architecture configs: `QwenConfig` and published presets.
+"""Qwen2 / Qwen2.5 / Qwen3 (and Llama) architecture configs: `QwenConfig` and presets.
 
 Field names follow the Hugging Face `config.json`; `QwenConfig.from_hf` reads one.
+Llama (transformers `LlamaForCausalLM`, e.g. SmolLM2) is the Qwen2 decoder without
+q/k/v biases, so it is a `model_type` of this one family, not a second model.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 
 _DTYPES = {'bfloat16': jnp.bfloat16, 'float32': jnp.float32, 'float16': jnp.float16}
+
+# Hugging Face `model_type`s of the family; qwen3 is the one with q/k norm.
+MODEL_TYPES = ('qwen2', 'qwen3', 'llama')
 
 # Attention implementations (attention.py); 'auto' picks one per backend.
 ATTN_IMPLEMENTATIONS = ('auto', 'eager', 'sdpa', 'blockwise', 'pallas')
@@ -43,6 +48,9 @@ class QwenConfig:
     max_position_embeddings: longest position the checkpoint was trained for.
     attention_bias: q/k/v projection biases (Qwen2/2.5).
     qk_norm: per-head RMSNorm on q and k before RoPE (Qwen3).
+    model_type: 'llama' for a Llama checkpoint (no q/k/v bias, no q/k norm:
+      transformers' Llama with attention_bias=False, mlp_bias=False), else None: a
+      Qwen model, whose type follows qk_norm (`hf_model_type`).
     dtype: compute dtype name, 'bfloat16' | 'float32' | 'float16'.
     param_dtype: parameter storage dtype name.
     remat: rematerialize each decoder layer in the backward pass (saves activations).
@@ -80,6 +88,7 @@ class QwenConfig:
   max_position_embeddings: int = 32768
   attention_bias: bool = True
   qk_norm: bool = False
+  model_type: str | None = None
   dtype: str = 'float32'
   param_dtype: str = 'float32'
   remat: bool = False
@@ -111,6 +120,13 @@ class QwenConfig:
     if not self.rope_theta > 0 or not self.rms_norm_eps > 0:
       raise ValueError('QwenConfig: rope_theta and rms_norm_eps must be positive, got '
                        f'{self.rope_theta!r}, {self.rms_norm_eps!r}')
+    if self.model_type not in (None, 'llama'):
+      raise ValueError(f"QwenConfig.model_type must be None (Qwen) or 'llama', "
+                       f'got {self.model_type!r}')
+    if self.model_type == 'llama' and (self.attention_bias or self.qk_norm):
+      raise ValueError('QwenConfig: model_type llama has no q/k/v bias and no q/k '
+                       f'norm, got attention_bias={self.attention_bias}, '
+                       f'qk_norm={self.qk_norm}')
     if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
       raise ValueError(f'QwenConfig.attn_implementation must be one of '
                        f'{ATTN_IMPLEMENTATIONS}, got {self.attn_implementation!r}')
@@ -118,6 +134,13 @@ class QwenConfig:
       if getattr(self, name) not in _DTYPES:
         raise ValueError(f'QwenConfig.{name} must be one of {sorted(_DTYPES)}, '
                          f'got {getattr(self, name)!r}')
+
+  @property
+  def hf_model_type(self) -> str:
+    """The Hugging Face model_type written back (`MODEL_TYPES`)."""
+    if self.model_type == 'llama':
+      return 'llama'
+    return 'qwen3' if self.qk_norm else 'qwen2'
 
   @property
   def compute_dtype(self):
@@ -145,21 +168,25 @@ class QwenConfig:
   @classmethod
   def from_hf(cls, path_or_dict: str | os.PathLike | Mapping[str, Any],
               **overrides) -> 'QwenConfig':
-    """Builds a config from a Hugging Face Qwen2/Qwen3 `config.json`.
+    """Builds a config from a Hugging Face Qwen2/Qwen3/Llama `config.json`.
 
     Accepts a checkpoint folder, a path to the json file, or the parsed dict. Reads the
     transformers-4 layout (`rope_theta`, `rope_scaling`) and the transformers-5 layout
     (`rope_parameters: {rope_theta, rope_type}`); an explicit `head_dim` wins over
     hidden_size // num_attention_heads. model_type 'qwen2' has q/k/v bias and no q/k
     norm (HF hard-codes them); 'qwen3' has q/k norm and takes `attention_bias` from the
-    file (default False). `overrides` set numerics fields (dtype, param_dtype, remat,
-    scan_layers) or anything else.
+    file (default False); 'llama' (transformers `LlamaConfig`) has no q/k norm and
+    takes `attention_bias` and `mlp_bias` from the file (default False), which must
+    be False: Llama's attention_bias also biases o_proj and mlp_bias every MLP
+    projection, which the parameter tree does not hold. `overrides` set numerics
+    fields (dtype, param_dtype, remat, scan_layers) or anything else.
 
     Raises:
       FileNotFoundError: no config.json at the path.
-      ValueError: not a qwen2/qwen3 config, a required field is missing, or a feature
-        this implementation does not have (RoPE scaling, sliding-window attention,
-        Qwen3 attention_bias which also adds an o_proj bias).
+      ValueError: not a qwen2/qwen3/llama config, a required field is missing, or a
+        feature this implementation does not have (RoPE scaling such as Llama 3's
+        'llama3', sliding-window attention, Qwen3 or Llama attention_bias which also
+        adds an o_proj bias, Llama mlp_bias, Llama pretraining_tp > 1).
     """
     if isinstance(path_or_dict, Mapping):
       raw = dict(path_or_dict)
@@ -183,10 +210,10 @@ class QwenConfig:
     if model_type is None:
       archs = ' '.join(raw.get('architectures') or ())
       model_type = ('qwen3' if 'Qwen3' in archs else 'qwen2' if 'Qwen2' in archs
-                    else None)
-    if model_type not in ('qwen2', 'qwen3'):
-      raise ValueError(f'{where}: model_type {raw.get("model_type")!r} is not qwen2 or '
-                       'qwen3')
+                    else 'llama' if 'Llama' in archs else None)
+    if model_type not in MODEL_TYPES:
+      raise ValueError(f'{where}: model_type {raw.get("model_type")!r} is not one of '
+                       f'{MODEL_TYPES}')
 
     required = ('vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
                 'num_attention_heads')
@@ -214,6 +241,16 @@ class QwenConfig:
 
     if model_type == 'qwen2':
       attention_bias, qk_norm = True, False
+    elif model_type == 'llama':
+      attention_bias, qk_norm = False, False
+      unsupported = [f'{k}={raw[k]!r}' for k in ('attention_bias', 'mlp_bias')
+                     if raw.get(k)]
+      if (raw.get('pretraining_tp') or 1) != 1:
+        unsupported.append(f'pretraining_tp={raw["pretraining_tp"]!r}')
+      if unsupported:
+        raise ValueError(
+            f'{where}: llama with {", ".join(unsupported)} is not supported (the '
+            'parameter tree has no o_proj or MLP biases and one tensor per projection)')
     else:
       attention_bias, qk_norm = bool(raw.get('attention_bias', False)), True
       if attention_bias:
@@ -248,6 +285,7 @@ class QwenConfig:
                                     raw.get('max_position_embeddings', 32768)),
         attention_bias=attention_bias,
         qk_norm=qk_norm,
+        model_type='llama' if model_type == 'llama' else None,
     )
     fields.update(overrides)
     try:
@@ -323,4 +361,11 @@ PRESETS: dict[str, QwenConfig] = {
         vocab_size=4096, hidden_size=256, intermediate_size=1024, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=1, head_dim=128,
         max_position_embeddings=4096, dtype='bfloat16'),
+    # The `small` scale's policy (experiments/configs/parts/small.py): the config.json
+    # of huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct, a Llama model.
+    'smollm2-135m-instruct': QwenConfig(
+        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, head_dim=64, rope_theta=100000.0,
+        rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=8192,
+        attention_bias=False, qk_norm=False, model_type='llama', **_NUMERICS),
 }

@@ -25,4 +25,7 @@ CONFIG_NAMES = PHASE_ORDER + EVAL_CONFIGS + AGGREGATE_CONFIGS + (PRETRAIN_CONFIG
 PHASE_OP_SPACE = {**commands.PHASE_OP_SPACE,
                   **{name: 'C' for name in EVAL_CONFIGS + AGGREGATE_CONFIGS
                      + (PRETRAIN_CONFIG,)}}
-SCALES = ('tiny', 'paper')
+SCALES = ('tiny', 'small', 'paper')
+# Scales whose runs make the earlier phases they need (tiny's sizes; paper scale asks
+# for each phase's command instead).
+IMPLICIT_PHASE_SCALES = ('tiny', 'small')

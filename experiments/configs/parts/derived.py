@@ -144,7 +144,7 @@ def derived_buckets(config: ml_collections.ConfigDict) -> dict[str, tuple[int, .
   max_prompt = (int(config.memory.policy_input_limit)
                 + int(config.sampling.prompt_overhead_tokens))
   max_cmd = int(config.sampling.max_command_tokens)
-  if config.get('scale') == 'tiny':
+  if config.get('scale') in ('tiny', 'small'):  # small keeps tiny's buckets
     step, low = TINY_BUCKET_STEP, TINY_MIN_BUCKET
     return {
         'sampling.prompt_buckets': tuple(linear_buckets(low, max_prompt, step)),
