@@ -17,9 +17,6 @@ CONFIGS = ROOT / 'experiments' / 'configs'
 
 MAX_README_LINES = 250
 MAX_CONFIG_COMMENT_LINES = 5  # issue 39: "no comment ... longer than five lines"
-# Pages other branches add (issues 37, 38 and the data half of 39). TODO(merge): remove
-# this allow-list once they have landed.
-PENDING_PAGES = {'docs/data.md', 'docs/real-weights.md', 'docs/time-plan.md'}
 
 # [text](target) outside code spans; images and bare URLs are not relative links.
 LINK = re.compile(r'(?<!!)\[[^\]]*\]\(([^)\s]+)\)')
@@ -82,15 +79,8 @@ def test_readme_links_every_docs_page():
 @pytest.mark.parametrize('page', _pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_every_relative_link_resolves(page):
   broken = [target for path, target in relative_links(page)
-            if not (ROOT / path).exists() and path not in PENDING_PAGES]
+            if not (ROOT / path).exists()]
   assert not broken, f'{page.relative_to(ROOT)}: links to missing files {broken}'
-
-
-def test_pending_pages_are_still_linked():
-  # The allow-list names only pages the README promises; one that landed is checked as
-  # any other page, so the list can only shrink.
-  linked = {path for path, _ in relative_links(README)}
-  assert PENDING_PAGES <= linked
 
 
 def _squash(text):
