@@ -226,8 +226,12 @@ def _greedy_sampler(config: ml_collections.ConfigDict, model_config: Any, params
       policy_lib.PolicySamplingConfig, config.sampling.to_dict(),
       overrides={'eval_temperature': float(config.eval.temperature)})
   episodes.check_greedy(sampling_cfg.eval_temperature, 1.0, 'config.eval.temperature')
-  # Episodes advance in chunks of eval.batch_size: every call pads to it (one shape).
+  # Episodes advance in chunks of eval.batch_size (or all the questions, when fewer):
+  # every call pads to it (one batch shape).
   batch = int(config.eval.batch_size)
+  if int(config.eval.num_questions) > 0:
+    batch = min(batch, int(config.eval.num_questions)) if batch else int(
+        config.eval.num_questions)
   return policy_lib.SamplerPolicy(model_config, params, tok,
                                   sampling_config=sampling_cfg, greedy=True,
                                   batch_buckets=(batch,) if batch > 0 else None,
