@@ -50,8 +50,13 @@ run: install
 	$(PY) experiments/run.py --config=phase_c.py --workdir=$(WORKDIR)
 	$(PY) experiments/run.py --config=eval_hotpotqa.py --workdir=$(WORKDIR)
 
+# Two pytest-xdist workers, even on 2 cores: each test spends much of its time in
+# single-threaded Python (tracing, process starts), which the other worker's XLA work
+# fills. Whole modules go to one worker, so a module's fixtures run once, in the order
+# tests/conftest.py sets (modules with slow tests first).
+TEST_WORKERS ?= 2
 test: install-test
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder tests
 
 clean:
 	rm -rf $(VENV) $(WORKDIR) .pytest_cache

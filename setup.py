@@ -44,6 +44,8 @@ setup(
         "test": [
             *_TFDS,
             "pytest>=8",
+            "pytest-xdist>=3.5",
+            "filelock>=3.12",
             "hypothesis>=6.100",
             "torch==2.13.0",
             "transformers==5.24.0",

@@ -10,17 +10,19 @@ import tempfile
 
 import pytest
 
+import session_dir
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# One persistent XLA compilation cache for the session and the processes its tests
-# start: the suite compiles the same tiny programs in many tests and subprocesses
-# (measured cold: test_curriculum_e2e + test_sft 170 -> 147 s, test_multihost 206 ->
-# 187 s). A cache directory the user set is used as it is.
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-  _CACHE_DIR = tempfile.mkdtemp(prefix="vermem-jax-test-xla-cache-")
-  atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE_DIR
+# One persistent XLA compilation cache for the session, its xdist workers and the
+# processes its tests start: the suite compiles the same tiny programs many times
+# (docs/performance.md). A cache directory the user set is used as it is.
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR",
+                      os.path.join(session_dir.ensure(), "xla-cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+# No size bound: one would make jax lock the folder and scan every entry on each write.
+# Without it, an entry read while another process still writes it fails to load, and jax
+# warns and compiles instead.
 
 from vermem_jax import paths  # noqa: E402
 
@@ -161,3 +163,12 @@ def _forced_attention_kernel(request, monkeypatch):
     ctx = contextlib.nullcontext()
   with ctx:
     yield
+
+
+def pytest_collection_modifyitems(items):
+  """Modules with a `slow` test run first (stable otherwise): `make test` spreads whole
+  modules over pytest-xdist workers, and the longest ones started last would leave one
+  worker running alone at the end."""
+  slow_modules = {item.module.__name__ for item in items
+                  if item.get_closest_marker("slow") is not None}
+  items.sort(key=lambda item: item.module.__name__ not in slow_modules)

@@ -8,16 +8,17 @@ parameters — are exactly the previous phase's parameters.
 `curriculum_workdir()` is shared with tests/test_rl_phase.py and tests/test_notebook.py
 (same pytest process): the curriculum runs once per session.
 """
-import atexit
 import functools
 import glob
 import json
 import os
 import shutil
-import tempfile
 
+import filelock
 import numpy as np
 import pytest
+
+import session_dir
 
 from experiments import run as run_lib
 from experiments.configs import common
@@ -72,12 +73,19 @@ def override_flags(**extra):
 
 @functools.lru_cache(maxsize=None)
 def curriculum_workdir():
-  """A workdir holding the whole tiny curriculum (run once per process), with the CPU
-  default's tokenizer and model (4k SentencePiece, tiny-sp4k)."""
-  workdir = tempfile.mkdtemp(prefix='vermem_curriculum_')
-  atexit.register(shutil.rmtree, workdir, ignore_errors=True)
-  plan = run_lib.run(tiny_config('phase_c'), workdir)
-  assert plan == ['sft', 'phase_a', 'phase_b', 'phase_c']
+  """A workdir holding the whole tiny curriculum, with the CPU default's tokenizer and
+  model (4k SentencePiece, tiny-sp4k). It is built once per test session: pytest-xdist
+  workers find it in the session folder (tests/session_dir.py), and a file lock makes the
+  others wait for the first. Its users only read it."""
+  root = session_dir.ensure()
+  workdir = os.path.join(root, 'curriculum')
+  done = os.path.join(root, 'curriculum.done')
+  with filelock.FileLock(os.path.join(root, 'curriculum.lock')):
+    if not os.path.exists(done):
+      shutil.rmtree(workdir, ignore_errors=True)  # a worker that failed mid-build
+      plan = run_lib.run(tiny_config('phase_c'), workdir)
+      assert plan == ['sft', 'phase_a', 'phase_b', 'phase_c']
+      open(done, 'w').close()
   return workdir
 
 
@@ -89,6 +97,7 @@ QWEN_OVERRIDES = {'tokenizer.name': 'qwen2.5', 'model.preset': 'tiny',
                   'model.dtype': 'float32', 'rl.internal_dev_episodes': 2}
 
 
+@pytest.mark.slow  # SFT and RL phases end to end (~30-45 s)
 def test_qwen_tokenizer_sft_then_phase_a(tmp_path):
   config = tiny_config('phase_a', **QWEN_OVERRIDES)
   assert config.tokenizer.path.endswith(os.path.join('tokenizers', 'qwen2.5'))
@@ -113,6 +122,7 @@ def workdir():
   return curriculum_workdir()
 
 
+@pytest.mark.slow  # SFT and RL phases end to end (~30-45 s)
 def test_every_phase_has_a_restorable_checkpoint_and_marker(workdir):
   for phase in curriculum.PHASE_ORDER:
     d = os.path.join(workdir, phase)
@@ -129,6 +139,7 @@ def test_every_phase_has_a_restorable_checkpoint_and_marker(workdir):
     assert checkpoints.phase_complete_step(os.path.join(workdir, phase)) == 1
 
 
+@pytest.mark.slow  # SFT and RL phases end to end (~30-45 s)
 def test_rl_phase_metric_files(workdir):
   for phase in ('phase_a', 'phase_b', 'phase_c'):
     d = os.path.join(workdir, phase)
@@ -164,6 +175,7 @@ def test_rl_phase_metric_files(workdir):
           sum(rejected) / len(rejected))
 
 
+@pytest.mark.slow  # SFT and RL phases end to end (~30-45 s)
 def test_reference_policy_is_previous_phase_params(workdir):
   previous = {'phase_a': 'sft', 'phase_b': 'phase_a', 'phase_c': 'phase_b'}
   digests = {}
@@ -210,6 +222,7 @@ def jax_leaves(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
+@pytest.mark.slow  # SFT and RL phases end to end (~30-45 s)
 def test_rerunning_a_complete_phase_is_a_no_op(workdir):
   d = os.path.join(workdir, 'phase_b')
   before = sorted(os.listdir(d))

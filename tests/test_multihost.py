@@ -198,6 +198,7 @@ def scenario(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow  # the shared multi-process scenario takes ~150 s
 def test_two_processes_match_one_process_with_eight_devices(scenario):
   ref = scenario['reference']
   print({k: v for k, v in ref.items() if not k.endswith('sha')},
@@ -210,6 +211,7 @@ def test_two_processes_match_one_process_with_eight_devices(scenario):
   assert scenario['u_seconds'] < RUN_TIMEOUT_S
 
 
+@pytest.mark.slow  # the shared multi-process scenario takes ~150 s
 def test_killed_process_and_restart_resume_to_the_same_params(scenario):
   assert scenario['k_returncodes'][1] == -signal.SIGKILL
   assert not scenario['k_step2_committed'], 'update 2 finished before the kill'
@@ -224,6 +226,7 @@ def test_killed_process_and_restart_resume_to_the_same_params(scenario):
     assert mgr.all_steps() == [1, 2]
 
 
+@pytest.mark.slow  # the shared multi-process scenario takes ~150 s
 def test_only_process_0_writes_metrics_and_logs(scenario):
   u, k = scenario['u'], scenario['k']
   for workdir, phase, steps in ((u, 'sft', [1, 1]), (u, 'phase_a', [1, 2]),
@@ -252,6 +255,7 @@ def test_only_process_0_writes_metrics_and_logs(scenario):
   assert table_header not in scenario['u_logs'][1]
 
 
+@pytest.mark.slow  # the shared multi-process scenario takes ~150 s
 def test_checkpoints_restore_across_process_counts(scenario):
   ref = scenario['reference']
   for res in scenario['restore']:

@@ -113,6 +113,7 @@ def _log_softmax(x):
   return x - np.log(np.exp(x).sum(-1, keepdims=True))
 
 
+@pytest.mark.slow  # ~35 s
 def test_second_pass_is_clipped_ppo_and_matches_numpy(setup, monkeypatch):
   params, decisions = setup
   opt = optim.OptimizerConfig(learning_rate=3e-2, total_steps=1, warmup_ratio=0.0,

@@ -24,6 +24,7 @@ def _example(rng, op, prompt_len, command):
   return sft_examples.SFTExample(prompt, tuple(command), types.SimpleNamespace(op=op))
 
 
+@pytest.mark.slow  # ~35 s
 def test_figures_match_rows_scored_one_by_one(script):
   # Reference: each row alone, unpadded, softmax in NumPy float64.
   tok = tokenization.load_tokenizer(paths.packaged_tokenizer())

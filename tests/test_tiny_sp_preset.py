@@ -59,6 +59,7 @@ def records(tok, hotpotqa_dir):
   return [by_op[op] for op in ('Null', 'SelectEpisode', 'Filter', 'Delete')]
 
 
+@pytest.mark.slow  # ~30 s of SFT steps
 def test_short_sft_overfits_a_handful_of_records_to_exact_match(tok, records):
   mc = qwen_config.QwenConfig.preset('tiny-sp4k')
   examples, dropped = sft_examples.tokenize_records(
