@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 import jinja2
 import numpy as np
@@ -44,7 +45,7 @@ def test_transformers_logits_equal_ours(exported, random_sft_workdir):
   params, _ = checkpoints.restore_params_only(
       checkpoints.phase_dir(random_sft_workdir, 'sft'), shapes, prefer_best=True)
   ids = np.random.default_rng(0).integers(0, mc.vocab_size, (2, 24))
-  ours = np.asarray(qwen.Qwen(mc).apply({'params': params}, jnp.asarray(ids)))
+  ours = np.asarray(jax.jit(qwen.Qwen(mc).apply)({'params': params}, jnp.asarray(ids)))
   model = transformers.AutoModelForCausalLM.from_pretrained(
       out, dtype=torch.float32).eval()
   with torch.no_grad():

@@ -432,8 +432,8 @@ def test_sft_step_matches_nll(tiny_model):
   qwen, cfg, params, _ = tiny_model
   sb = _model_batch(cfg.vocab_size, seed=4)
   (total, count, _), grads = loss_step.sft_loss_and_grads(params, sb, model_config=cfg)
-  full = qwen.Qwen(cfg).apply({'params': params}, sb['input_ids'],
-                              attention_mask=sb['attention_mask'])
+  full = jax.jit(qwen.Qwen(cfg).apply)({'params': params}, sb['input_ids'],
+                                       attention_mask=sb['attention_mask'])
   lp = jax.nn.log_softmax(full, -1)
   ref = 0.0
   for r, j in zip(*np.nonzero(sb['command_ids'])):

@@ -6,6 +6,7 @@ sampled update) a randomly initialised tiny Qwen through the jitted sampler.
 """
 import copy
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -210,8 +211,8 @@ def test_logprobs_match_full_forward(sampled, tiny_model):
   mask = np.zeros((len(seqs), width), np.int32)
   for i, seq in enumerate(seqs):
     ids[i, :len(seq)], mask[i, :len(seq)] = seq, 1
-  hidden = qwen.Qwen(config).apply({"params": params}, jnp.asarray(ids),
-                                   attention_mask=jnp.asarray(mask), return_hidden=True)
+  forward = jax.jit(functools.partial(qwen.Qwen(config).apply, return_hidden=True))
+  hidden = forward({"params": params}, jnp.asarray(ids), attention_mask=jnp.asarray(mask))
   for i, d in enumerate(decisions):
     p = len(d.prompt_ids)
     pos = np.arange(p - 1, p - 1 + len(d.command_ids))  # hidden at j-1 predicts j
