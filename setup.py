@@ -44,7 +44,7 @@ setup(
         "test": [
             *_TFDS,
             "pytest>=8",
-            "pytest-xdist>=3.5",
+            "pytest-xdist>=3.8",  # --no-loadscope-reorder (Makefile `test`)
             "filelock>=3.12",
             "hypothesis>=6.100",
             "torch==2.13.0",
