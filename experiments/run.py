@@ -68,6 +68,7 @@ from experiments.cli import processes  # noqa: E402
 from experiments.cli import workdir_lock  # noqa: E402
 from experiments.configs.parts import curriculum  # noqa: E402
 from experiments.configs.parts import validation  # noqa: E402
+from vermem_jax.train import compilation  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     'config', None, 'Phase config: a path or a name in experiments/configs/ '
@@ -233,7 +234,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, *,
       config, None if override_args is None else [p for p, _ in override_args])
   overrides.pop('workdir', None)  # the workdir argument is not a config override
   config.workdir = workdir  # what the run uses (the --workdir flag wins), also printed
-  from vermem_jax.train import compilation  # pylint: disable=g-import-not-at-top
   from vermem_jax.train import distributed  # pylint: disable=g-import-not-at-top
   # Before the first program: the persistent cache and the compile counter
   # (docs/compilation.md).

@@ -1,6 +1,7 @@
 """Tests for vermem_jax.envs.hotpotqa and the TFDS builder (real sample files)."""
 import copy
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -279,7 +280,6 @@ def test_data_config_rejects_bad_values(field, value, match):
 
 
 def test_xz_files_load_like_plain_ones_and_plain_wins(raw_train, tmp_path):
-  import lzma  # pylint: disable=g-import-not-at-top
   with lzma.open(tmp_path / "train_sample.json.xz", "wt", encoding="utf-8") as f:
     json.dump(raw_train[:3], f)
   got = sources.load_examples("json", "train", data_dir=str(tmp_path))

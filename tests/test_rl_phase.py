@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -51,7 +52,6 @@ def test_bad_configs_are_named(tmp_path):
 
 
 def test_dev_batch_is_the_rollout_batch_or_fewer():
-  import types  # pylint: disable=g-import-not-at-top
   run = types.SimpleNamespace(rl=types.SimpleNamespace(
       rollout=types.SimpleNamespace(num_rollouts=64)))
   # 800 dev episodes (paper): chunks of 64; 8 (tiny): one call of 8 rows, not 64.
