@@ -16,7 +16,8 @@ class LoopbackChatServer:
   returns an int (send that HTTP error status), a str (a chat completion with that
   message content) or bytes (a raw 200 body). Every request is recorded in
   `requests` as {'path', 'body', 'auth'}; `max_in_flight` counts the most requests
-  handled at once; `delay_s` delays each reply. `url` is the base URL ('.../v1').
+  handled at once (from reading the request to the reply's first byte); `delay_s`
+  delays each reply. `url` is the base URL ('.../v1').
   """
 
   def __init__(self, respond):
@@ -45,6 +46,13 @@ class LoopbackChatServer:
           if outer.delay_s:
             time.sleep(outer.delay_s)
           reply = outer.respond(n, body)
+        finally:
+          # Out of flight before the first reply byte: a client that has its reply
+          # may send its next request before this thread runs again, and counting
+          # after the write would see one request too many.
+          with outer.lock:
+            outer.in_flight -= 1
+        try:
           if isinstance(reply, int):
             self.send_error(reply)
             return
@@ -58,9 +66,6 @@ class LoopbackChatServer:
           self.wfile.write(reply)
         except (BrokenPipeError, ConnectionResetError):
           pass  # the client timed out and left
-        finally:
-          with outer.lock:
-            outer.in_flight -= 1
 
     self.httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
     self.httpd.daemon_threads = True
