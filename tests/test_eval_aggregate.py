@@ -105,3 +105,20 @@ def test_plots_written(tmp_path):
   assert 'bars_j_judge.png' not in names  # absent metric: no chart
   assert plots.plot_frontier({'x': {'frontier': None}}, str(tmp_path / 'f.png'),
                              target_success=40.0, target_budget=2000) is None
+
+
+def test_bar_errors_are_seed_std_or_one_seed_task_se():
+  # Two seeds: base em 0.25, 0.75 -> mean 50 %, sample std sqrt(0.125) = 35.355 %.
+  names, means, errs, spread = plots.bar_values(_agg(), 'em', 100.0)
+  assert names == ['base', 'phase_b'] and means == [50.0, 50.0]
+  assert errs == pytest.approx([35.35533906, 0.0]) and spread == '±1 std over seeds'
+  # One seed: no std; the bar shows that seed's task SE (em_se 0.25 -> 25 %).
+  one = aggregate.aggregate({42: PER_SEED[42]}, budgets=BUDGETS, target_success=40.0,
+                            target_budget=2000)
+  names, means, errs, spread = plots.bar_values(one, 'em', 100.0)
+  assert means == [25.0, 50.0] and errs == [25.0, 25.0]
+  assert spread == '±1 SE over tasks (one seed)'
+  # One seed, no SE recorded (tn): no error bars.
+  _, means, errs, spread = plots.bar_values(one, 'tn', 1.0)
+  assert means == [1000.0, 2000.0] and errs is None and spread == ''
+  assert plots.bar_values(one, 'j_judge', 1.0)[0] == []  # absent metric: no bars

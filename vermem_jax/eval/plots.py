@@ -3,7 +3,8 @@
   frontier.png        success rate (percent) against the hard online-token budget,
                       one line per policy (mean over seeds) with a ±1 std band, the
                       dotted lines S* and B* (paper Figure 2 layout);
-  bars_<metric>.png   the metric's seed mean per policy with ±1 std error bars.
+  bars_<metric>.png   the metric's seed mean per policy with error bars: ±1 std over
+                      seeds, or with one seed ±1 standard error over its tasks.
 
 matplotlib with the Agg backend (files only, no display). Absent metrics (J_judge / MQ
 without a judge) get no chart.
@@ -76,29 +77,53 @@ def plot_frontier(agg: Mapping[str, Mapping[str, Any]], path: str, *,
   return path
 
 
+def bar_values(agg: Mapping[str, Mapping[str, Any]], key: str, scale: float
+               ) -> tuple[list[str], list[float], Optional[list[float]], str]:
+  """One bar chart's values: (policies, means, error half-widths, what they are).
+
+  Over several seeds the error bar is the sample std over seeds (what the table prints
+  after '±'); with one seed it is the standard error over that seed's tasks, the
+  summary's '<key>_se' (the table's 'SE'), so a one-seed run still shows its noise.
+  Values are `scale` times the summary's; policies without `key` are left out.
+  Errors are None, and the description '', when neither spread exists.
+  """
+  names, means, stds, ses = [], [], [], []
+  for p, e in agg.items():
+    st = e.get(key)
+    if st and st.get('mean') is not None:
+      names.append(p)
+      means.append(st['mean'] * scale)
+      stds.append(None if st.get('std') is None else st['std'] * scale)
+      se = (e.get(key + '_se') or {}).get('mean')
+      ses.append(None if se is None else se * scale)
+  if any(s is not None for s in stds):
+    return names, means, [s or 0.0 for s in stds], '±1 std over seeds'
+  if any(s is not None for s in ses):
+    return names, means, [s or 0.0 for s in ses], '±1 SE over tasks (one seed)'
+  return names, means, None, ''
+
+
 def plot_bars(agg: Mapping[str, Mapping[str, Any]], out_dir: str, *,
               metrics: Sequence[tuple[str, str, float]] = BAR_METRICS,
               title: str = '') -> list[str]:
-  """Writes bars_<metric>.png for each metric some policy has; returns the paths."""
+  """Writes bars_<metric>.png for each metric some policy has; returns the paths.
+
+  Error bars as `bar_values`; the x-axis label says which spread they show.
+  """
   plt = _pyplot()
   written = []
   for key, label, scale in metrics:
-    names, means, stds = [], [], []
-    for p, e in agg.items():
-      st = e.get(key)
-      if st and st.get('mean') is not None:
-        names.append(p)
-        means.append(st['mean'] * scale)
-        stds.append((st.get('std') or 0.0) * scale)
+    names, means, errs, spread = bar_values(agg, key, scale)
     if not names:
       continue
     fig, ax = plt.subplots(figsize=(max(3.2, 1.1 * len(names) + 1.5), 3.4))
-    spread = any(stds)  # one seed: no error bars (the table shows no std either)
-    ax.bar(range(len(names)), means, yerr=stds if spread else None,
-           capsize=4 if spread else 0, color='tab:blue', alpha=0.8)
+    ax.bar(range(len(names)), means, yerr=errs, capsize=4 if errs else 0,
+           color='tab:blue', alpha=0.8)
     ax.set_xticks(range(len(names)))
     ax.set_xticklabels(names, rotation=20, ha='right', fontsize=8)
     ax.set_ylabel(label)
+    if spread:
+      ax.set_xlabel(f'error bars: {spread}', fontsize=7, color='dimgray')
     if title:
       ax.set_title(title, fontsize=9)
     fig.tight_layout()
