@@ -1,12 +1,10 @@
 """Shared pytest fixtures. The data root comes from vermem_jax.paths, completed with the
 Qwen tokenizers shipped in tests/data/tokenizers when it lacks them."""
-import atexit
 import json
 import lzma
 import os
 import pathlib
 import shutil
-import tempfile
 
 import pytest
 
@@ -43,14 +41,14 @@ def _write_test_tokenizer(name: str, dest: str) -> None:
 
 def _test_data_root() -> str:
   """The data root the session uses: `paths.default_data_dir()` when it holds both
-  tokenizer folders, else a temporary root that links its `hotpotqa/` (and any
+  tokenizer folders, else a root in the session folder that links its `hotpotqa/` (and any
   tokenizer folder it has) and adds the shipped tokenizers, so a clone with nothing
   beside it runs every test."""
   root = paths.default_data_dir()
   if all(os.path.isdir(paths.tokenizer_dir(n, root)) for n in TOKENIZER_NAMES):
     return root
-  tmp = tempfile.mkdtemp(prefix="vermem-jax-test-data-")
-  atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+  tmp = os.path.join(session_dir.ensure(), "data")
+  os.mkdir(tmp)
   os.symlink(os.path.abspath(paths.hotpotqa_dir(root)), os.path.join(tmp, "hotpotqa"))
   os.mkdir(os.path.join(tmp, "tokenizers"))
   for name in TOKENIZER_NAMES:
